@@ -1,0 +1,1 @@
+"""The omne Dagster code location: thin assets over the `pipelines` library."""

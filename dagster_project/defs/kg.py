@@ -1,0 +1,46 @@
+"""KG stage: per-domain `knowledge_graph` and `entity_index` assets with their checks."""
+
+import dagster as dg
+
+from dagster_project.defs.checks import asset_check_result, asset_check_specs
+from dagster_project.defs.metadata import manifest_metadata
+from dagster_project.defs.partitions import domain_partitions
+from dagster_project.defs.resources import OmneResource
+from pipelines.domains import load_registry
+from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from pipelines.kg.checks import INDEX_CHECKS, KG_CHECKS, check_self_retrieval, run_kg_checks
+from pipelines.kg.index import EntityIndex
+from pipelines.kg.store import read_kg
+
+
+@dg.asset(
+    partitions_def=domain_partitions,
+    group_name="kg",
+    kinds={"parquet", "polars"},
+    check_specs=asset_check_specs("knowledge_graph", KG_CHECKS, domain_partitions),
+)
+def knowledge_graph(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """The domain's KG: entities and relations parquet merged from its source, with a manifest."""
+    params = omne.params()
+    result = build_knowledge_graph(load_registry(params.registry_path).get(context.partition_key), params)
+    stats = result.manifest.metadata["stats"]
+    return dg.MaterializeResult(
+        metadata={**manifest_metadata(result), **{f"stat_{k}": v for k, v in stats.items()}},
+        check_results=[asset_check_result(o) for o in run_kg_checks(read_kg(result.folder), params.checks)],
+    )
+
+
+@dg.asset(
+    partitions_def=domain_partitions,
+    group_name="kg",
+    kinds={"lancedb"},
+    deps=[knowledge_graph],
+    check_specs=asset_check_specs("entity_index", INDEX_CHECKS, domain_partitions),
+)
+def entity_index(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """The domain's entity index: LanceDB table of name embeddings for entity_matcher."""
+    params = omne.params()
+    result = build_entity_index(context.partition_key, params)
+    index = EntityIndex(result.folder, params.index)
+    outcome = check_self_retrieval(index, read_kg(params.artifacts_dir / "kg" / context.partition_key), params.index)
+    return dg.MaterializeResult(metadata=manifest_metadata(result), check_results=[asset_check_result(outcome)])

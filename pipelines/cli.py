@@ -1,0 +1,213 @@
+"""`omne` command line: parse arguments, call one library function, print the result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from pipelines.config import ConfigError, Params, load_params
+from pipelines.domains import Domain, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+
+FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir"}
+USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError)
+
+
+class OmneGroup(click.Group):
+    """Turns the library's input errors into one clear line and exit code 2, not a traceback."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except USER_ERRORS as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=OmneGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--params", "params_path", type=click.Path(dir_okay=False), envvar="OMNE_PARAMS",
+              help="params.yaml to use (default: the nearest params.yaml upwards from here).")
+@click.option("--profile", envvar="OMNE_PROFILE",
+              help="Profile of params.yaml to apply: quick (default, CPU minutes) or paper (seed paper sizes, GPU).")
+@click.option("-v", "--verbose", is_flag=True, help="Log what each step does.")
+@click.pass_context
+def cli(ctx: click.Context, params_path: str | None, profile: str | None, verbose: bool) -> None:
+    """omne: knowledge graphs -> multi-hop QA data -> small tool-using LLM agents.
+
+    Every command reads params.yaml (one source of truth, shared with Dagster and DVC) and writes
+    artifacts under artifacts/ with a manifest.json that records hashes, params and code version.
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    ctx.obj = {"params_path": params_path, "profile": profile}
+
+
+def _params(ctx: click.Context) -> Params:
+    return load_params(ctx.obj["params_path"], ctx.obj["profile"])
+
+
+def _selected(params: Params, domains: tuple[str, ...]) -> list[Domain]:
+    registry = load_registry(params.registry_path)
+    return [registry.get(name) for name in domains] if domains else registry.domains
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
+@click.pass_context
+def domains(ctx: click.Context, as_json: bool) -> None:
+    """List the domains of the registry (kg_assets/domains.yaml)."""
+    registry = load_registry(_params(ctx).registry_path)
+    if as_json:
+        click.echo(json.dumps([d.model_dump(mode="json", exclude_none=True) for d in registry.domains], indent=2))
+        return
+    for domain in registry.domains:
+        click.echo(f"{domain.name:<14} {domain.source.kind:<17} {domain.source.path}  {domain.description}")
+
+
+@cli.command("params")
+@click.pass_context
+def show_params(ctx: click.Context) -> None:
+    """Print the resolved parameters of the selected profile as JSON."""
+    click.echo(_params(ctx).model_dump_json(indent=2))
+
+
+@cli.group()
+def kg() -> None:
+    """Build, import, inspect and search knowledge graphs."""
+
+
+@kg.command("build")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain to build (repeatable; default: all).")
+@click.option("--force", is_flag=True, help="Rebuild even when sources and params are unchanged.")
+@click.pass_context
+def kg_build(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
+    """Import each domain's source and write artifacts/kg/<domain>/ (parquet + manifest)."""
+    from pipelines.kg.build import build_knowledge_graph
+
+    params = _params(ctx)
+    for domain in _selected(params, names):
+        result = build_knowledge_graph(domain, params, force=force)
+        rows = result.manifest.rows
+        state = "up to date" if result.skipped else "built"
+        click.echo(f"{domain.name}: {state}: {rows['entities']} entities, {rows['relations']} relations "
+                   f"-> {result.folder}")
+
+
+@kg.command("index")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain to index (repeatable; default: all).")
+@click.option("--force", is_flag=True, help="Rebuild even when the KG and params are unchanged.")
+@click.pass_context
+def kg_index(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
+    """Embed each built KG's entities into artifacts/index/<domain>/ (LanceDB)."""
+    from pipelines.kg.build import build_entity_index
+
+    params = _params(ctx)
+    for domain in _selected(params, names):
+        result = build_entity_index(domain.name, params, force=force)
+        recall = result.manifest.metadata["self_retrieval"]["recall_at_1"]
+        state = "up to date" if result.skipped else "built"
+        click.echo(f"{domain.name}: {state}: {result.manifest.rows['entities']} vectors, "
+                   f"self-retrieval recall@1 {recall:.3f} -> {result.folder}")
+
+
+@kg.command("import")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--name", required=True, help="Domain name: lower-case letters, digits, '_' (also the graph_type).")
+@click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)),
+              help="Source format (default: graphml for *.graphml, lightrag-dir for folders, else triples).")
+@click.option("--entities", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Optional entity table (name, type, description) for a triples file.")
+@click.option("--description", default="", help="One line describing the domain.")
+@click.option("--replace", is_flag=True, help="Replace an existing domain of the same name.")
+@click.option("--no-build", is_flag=True, help="Only register the domain; do not build its KG and index.")
+@click.pass_context
+def kg_import(ctx: click.Context, path: Path, name: str, fmt: str | None, entities: Path | None,
+              description: str, replace: bool, no_build: bool) -> None:
+    """Add a domain from a user's file: validate it, copy it to kg_assets/<name>/, register, build."""
+    from pipelines.kg.build import build_entity_index, build_knowledge_graph
+    from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
+
+    params = _params(ctx)
+    check_domain_name(name)
+    fmt = fmt or ("lightrag-dir" if path.is_dir() else "graphml" if path.suffix.lower() == ".graphml" else "triples")
+    if fmt == "lightrag-dir":  # the working directory's graph is all the KG needs
+        path, fmt = path / LIGHTRAG_GRAPHML, "graphml"
+    if entities and fmt != "triples":
+        raise click.UsageError("--entities only applies to --format triples")
+    import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
+                             entities=str(entities.resolve()) if entities else None), Path("/"))
+    target = params.root / "kg_assets" / name
+    registry = load_registry(params.registry_path)
+    if name in registry.names and not replace:
+        raise RegistryError(f"domain {name!r} already exists (use --replace to overwrite it)")
+    target.mkdir(parents=True, exist_ok=True)
+    copies = [p if p.resolve() == (target / p.name).resolve() else shutil.copy2(p, target / p.name)
+              for p in ([path] + ([entities] if entities else []))]
+    source = SourceSpec(kind=FORMATS[fmt], path=Path(copies[0]).relative_to(params.root).as_posix(),
+                        entities=Path(copies[1]).relative_to(params.root).as_posix() if entities else None)
+    domain = Domain(name=name, description=description, source=source)
+    add_domain(params.registry_path, domain, replace=replace)
+    click.echo(f"registered domain {name!r}: {source.kind} {source.path}")
+    if not no_build:
+        result = build_knowledge_graph(domain, params, force=True)
+        build_entity_index(name, params, force=True)
+        click.echo(f"built {name}: {result.manifest.rows['entities']} entities, "
+                   f"{result.manifest.rows['relations']} relations")
+
+
+@kg.command("stats")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.pass_context
+def kg_stats(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Statistics of a built KG: size, components, degree, seeds eligible for QA subgraphs."""
+    from pipelines.kg.build import knowledge_graph_stats
+
+    params = _params(ctx)
+    load_registry(params.registry_path).get(name)
+    stats = knowledge_graph_stats(name, params)
+    if as_json:
+        click.echo(stats.model_dump_json(indent=2))
+    else:
+        for key, value in stats.model_dump().items():
+            click.echo(f"{key:<20} {value}")
+
+
+@kg.command("search")
+@click.argument("name")
+@click.argument("query")
+@click.option("-k", default=5, show_default=True, help="How many entities to return.")
+@click.pass_context
+def kg_search(ctx: click.Context, name: str, query: str, k: int) -> None:
+    """Find the entities of a domain whose names are most similar to QUERY (the entity index)."""
+    from pipelines.kg.index import EntityIndex, index_dir
+
+    params = _params(ctx)
+    load_registry(params.registry_path).get(name)
+    for hit in EntityIndex(index_dir(params.artifacts_dir, name), params.index).search(query, k):
+        click.echo(f"{hit.score:.3f}  {hit.name}  |  {hit.description[:100]}")
+
+
+@cli.command()
+@click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
+@click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")
+@click.pass_context
+def run(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
+    """The main job: build every domain's KG and entity index, then print a per-domain table."""
+    from pipelines.run import print_domain_table, run_main_job
+
+    params = _params(ctx)
+    rows = run_main_job(params, _selected(params, names), force=force)
+    print_domain_table(rows)
+
+
+def main() -> None:
+    cli(prog_name="omne")
+
+
+if __name__ == "__main__":
+    main()

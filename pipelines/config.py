@@ -1,0 +1,141 @@
+"""Typed view of params.yaml: one validated object that the CLI, Dagster and DVC stages all read.
+
+A profile (``quick`` by default, ``paper`` for the seed paper's sizes) is a block of overrides
+merged over the base values, so that a profile only states what differs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PARAMS_ENV = "OMNE_PARAMS"
+PROFILE_ENV = "OMNE_PROFILE"
+
+
+class ConfigError(ValueError):
+    """A params file that cannot be used; the message names the file and the offending key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PathsParams(_Section):
+    registry: str = "kg_assets/domains.yaml"
+    artifacts: str = "artifacts"
+
+
+class IndexParams(_Section):
+    encoder: str = "all-MiniLM-L6-v2"
+    text: Literal["name", "name_description"] = "name"
+    batch_size: int = Field(64, ge=1)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    ann_min_rows: int = Field(100_000, ge=1)
+    ann_refine_factor: int = Field(10, ge=1)
+    ann_nprobes: int = Field(20, ge=1)
+    self_retrieval_sample: int = Field(500, ge=1)
+    self_retrieval_min_recall: float = Field(0.95, ge=0.0, le=1.0)
+
+
+class SeedParams(_Section):
+    depth: int = Field(3, ge=1)
+    min_nodes: int = Field(20, ge=1)
+    max_nodes: int = Field(400, ge=1)
+
+
+class CheckParams(_Section):
+    min_description_share: float = Field(0.5, ge=0.0, le=1.0)
+    max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class Params(_Section):
+    """The resolved parameters of one profile, plus where they came from."""
+
+    profile: str = "quick"
+    paths: PathsParams = PathsParams()
+    index: IndexParams = IndexParams()
+    seeds: SeedParams = SeedParams()
+    checks: CheckParams = CheckParams()
+    root: Path = Field(default_factory=Path.cwd, exclude=True)
+
+    @property
+    def registry_path(self) -> Path:
+        return self.root / self.paths.registry
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.root / self.paths.artifacts
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A section as plain data, e.g. to record in a manifest the params that shaped an artifact."""
+        return getattr(self, name).model_dump(mode="json")
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _format_errors(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: invalid parameters"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        what = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+        lines.append(f"  {where}: {what} (got {item.get('input')!r})")
+    return "\n".join(lines)
+
+
+def resolve_params(raw: dict[str, Any], profile: str | None = None, *, source: str = "params",
+                   root: Path | None = None) -> Params:
+    """Merge the chosen profile's overrides over the base values and validate the result."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{source}: 'profiles' must be a mapping of profile name -> overrides")
+    chosen = profile or os.environ.get(PROFILE_ENV) or raw.get("profile") or "quick"
+    if profiles and chosen not in profiles:
+        raise ConfigError(f"{source}: unknown profile {chosen!r}; known profiles: {sorted(profiles)}")
+    base = {k: v for k, v in raw.items() if k != "profiles"}
+    merged = _deep_merge(base, profiles.get(chosen) or {})
+    merged["profile"] = chosen
+    try:
+        return Params.model_validate({**merged, "root": root or Path.cwd()})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+
+
+def find_params_file(start: Path | None = None) -> Path | None:
+    """params.yaml from $OMNE_PARAMS, else the nearest one in this folder or a parent."""
+    if os.environ.get(PARAMS_ENV):
+        return Path(os.environ[PARAMS_ENV])
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "params.yaml").is_file():
+            return folder / "params.yaml"
+    return None
+
+
+def load_params(path: str | Path | None = None, profile: str | None = None) -> Params:
+    """Read and validate params.yaml; relative paths in it are relative to its folder."""
+    params_path = Path(path) if path else find_params_file()
+    if params_path is None:
+        return resolve_params({}, profile, source="<defaults>")
+    if not params_path.is_file():
+        raise ConfigError(f"{params_path}: params file not found")
+    try:
+        raw = yaml.safe_load(params_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{params_path}: not valid YAML: {exc}") from None
+    return resolve_params(raw, profile, source=str(params_path), root=params_path.resolve().parent)

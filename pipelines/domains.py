@@ -1,0 +1,130 @@
+"""The domain registry (kg_assets/domains.yaml): which knowledge graphs exist and where their sources are.
+
+A domain's name is also the agent tools' ``graph_type`` and a folder name under artifacts/, so it
+must be a slug: anything else (``../x``, spaces, capitals) is refused before it reaches a path.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from pipelines.atomic import atomic_write_text
+
+SLUG_PATTERN = re.compile(r"^[a-z0-9_]+$")
+SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir"]
+
+
+class RegistryError(ValueError):
+    """The registry file is missing, malformed, or does not name the requested domain."""
+
+
+def check_domain_name(name: str) -> str:
+    """Return ``name`` if it is a slug ``[a-z0-9_]+``; raise a clear error otherwise."""
+    if not isinstance(name, str) or not SLUG_PATTERN.fullmatch(name):
+        raise RegistryError(
+            f"invalid domain name {name!r}: use lower-case letters, digits and '_' only "
+            "(it becomes a folder name and the tools' graph_type)")
+    return name
+
+
+class SourceSpec(BaseModel):
+    """Where a domain's KG comes from; paths are relative to the project root."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: SourceKind
+    path: str
+    entities: str | None = None  # optional entity table for triple sources (name, type, description)
+    directed: bool | None = None  # default: triples directed, LightRAG graphs undirected
+
+    @property
+    def is_directed(self) -> bool:
+        return self.directed if self.directed is not None else self.kind == "triples"
+
+    def files(self, root: Path) -> list[Path]:
+        """The source files whose content defines the KG (what DVC and the KG sensor watch)."""
+        paths = [root / self.path] + ([root / self.entities] if self.entities else [])
+        found: list[Path] = []
+        for path in paths:
+            found.extend(sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
+        return found
+
+
+class Domain(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    source: SourceSpec
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        return check_domain_name(value)
+
+
+class Registry(BaseModel):
+    """The domains, in file order. On disk a mapping name -> {description, source}, which keeps names
+    unique by construction and gives DVC's foreach readable stage names (knowledge_graph@chemistry)."""
+
+    model_config = ConfigDict(extra="forbid")
+    domains: list[Domain] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mapping(cls, raw: object) -> object:
+        if isinstance(raw, dict) and isinstance(raw.get("domains"), dict):
+            entries = raw["domains"]
+            bad = [name for name, body in entries.items() if not isinstance(body, dict)]
+            if bad:
+                raise ValueError(f"domains.{bad[0]}: expected a mapping with 'source' (and 'description')")
+            return {**raw, "domains": [{"name": name, **body} for name, body in entries.items()]}
+        return raw
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.domains]
+
+    def get(self, name: str) -> Domain:
+        check_domain_name(name)
+        for domain in self.domains:
+            if domain.name == name:
+                return domain
+        raise RegistryError(f"unknown domain {name!r}; known domains: {', '.join(self.names) or '(none)'}")
+
+    def to_yaml_data(self) -> dict:
+        return {"domains": {d.name: d.model_dump(mode="json", exclude={"name"}, exclude_none=True)
+                            for d in self.domains}}
+
+
+def load_registry(path: Path) -> Registry:
+    if not path.is_file():
+        raise RegistryError(f"{path}: domain registry not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return Registry.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise RegistryError(f"{path}: invalid registry: {problems}") from None
+
+
+def save_registry(path: Path, registry: Registry) -> None:
+    header = "# The domain registry: one entry per knowledge graph. `omne kg import` adds entries.\n"
+    body = yaml.safe_dump(registry.to_yaml_data(), sort_keys=False, allow_unicode=True, width=100)
+    atomic_write_text(path, header + body)
+
+
+def add_domain(path: Path, domain: Domain, *, replace: bool = False) -> Registry:
+    """Add (or with ``replace`` update) a domain in the registry file."""
+    registry = load_registry(path) if path.exists() else Registry()
+    if domain.name in registry.names and not replace:
+        raise RegistryError(f"{path}: domain {domain.name!r} already exists (use --replace to overwrite it)")
+    kept = [d for d in registry.domains if d.name != domain.name]
+    updated = Registry(domains=[*kept, domain])
+    save_registry(path, updated)
+    return updated

@@ -1,0 +1,108 @@
+"""Build steps of the KG layer: source files -> KG artifact -> entity index artifact.
+
+Each step is one function called alike by the CLI, the Dagster asset and the DVC stage. A step
+whose inputs and params did not change since its manifest was written is skipped (idempotent
+reruns); every write goes to a temporary folder that replaces the artifact only when complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from pipelines.atomic import atomic_directory
+from pipelines.config import Params
+from pipelines.domains import Domain
+from pipelines.kg.embed import Encoder
+from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+from pipelines.kg.graph import GraphStats, graph_stats
+from pipelines.kg.importers import import_source
+from pipelines.kg.index import (EntityIndex, entity_texts, index_dir, index_table, self_retrieval_recall,
+                                table_content_hash, write_index)
+from pipelines.kg.model import assemble_graph
+from pipelines.kg.store import kg_dir, read_kg, write_kg
+from pipelines.lineage import (Manifest, fingerprint, new_manifest, read_manifest, relative_path, sha256_files,
+                               write_manifest)
+
+log = logging.getLogger(__name__)
+
+
+class BuildResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    domain: str
+    folder: Path
+    manifest: Manifest
+    skipped: bool
+
+
+def _up_to_date(folder: Path, inputs: dict[str, str], params: dict) -> Manifest | None:
+    manifest = read_manifest(folder)
+    if manifest is not None and manifest.input_fingerprint == fingerprint(inputs, params):
+        return manifest
+    return None
+
+
+def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False) -> BuildResult:
+    """Import a domain's source, merge entities, write parquet + manifest (with graph statistics)."""
+    root, folder = params.root, kg_dir(params.artifacts_dir, domain.name)
+    files = domain.source.files(root)
+    for path in files:
+        if not path.exists():
+            raise KGSourceError(f"{path}: source file of domain {domain.name!r} not found")
+    inputs = sha256_files(files, root)
+    shaping = {"source": domain.source.model_dump(mode="json"), "seeds": params.section("seeds")}
+    if not force and (manifest := _up_to_date(folder, inputs, shaping)):
+        log.info("knowledge_graph[%s] is up to date", domain.name)
+        return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=True)
+
+    raw = import_source(domain.source, root)
+    kg = assemble_graph(raw, directed=domain.source.is_directed)
+    stats = graph_stats(kg, params.seeds)
+    with atomic_directory(folder) as tmp:
+        written = write_kg(kg, tmp)
+        manifest = new_manifest(
+            "knowledge_graph", domain=domain.name, files=sha256_files(written, tmp), inputs=inputs,
+            params=shaping, rows={"entities": kg.num_entities, "relations": kg.relations.height},
+            metadata={"directed": kg.directed, "description": domain.description, "stats": stats.model_dump()},
+        )
+        write_manifest(tmp, manifest)
+    return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=False)
+
+
+def build_entity_index(domain: str, params: Params, *, force: bool = False,
+                       encoder: Encoder | None = None) -> BuildResult:
+    """Embed every entity of a built KG and write the LanceDB table + manifest."""
+    source, folder = kg_dir(params.artifacts_dir, domain), index_dir(params.artifacts_dir, domain)
+    kg_manifest = read_manifest(source)
+    if kg_manifest is None:
+        raise ArtifactMissingError(f"{source}: knowledge graph of {domain!r} not built (run `omne kg build`)")
+    inputs = {relative_path(source / name, params.root): sha for name, sha in kg_manifest.files.items()}
+    shaping = params.index.model_dump(include={"encoder", "text", "ann_min_rows"})
+    if not force and (manifest := _up_to_date(folder, inputs, shaping)):
+        log.info("entity_index[%s] is up to date", domain)
+        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+
+    kg = read_kg(source)
+    encoder = encoder or Encoder(params.index, cache_dir=params.artifacts_dir / "cache" / "embeddings")
+    texts = entity_texts(kg, params.index)
+    vectors = encoder.encode(texts, progress=True)
+    table = index_table(kg, texts, vectors)
+    with atomic_directory(folder) as tmp:
+        ann = write_index(tmp, table, params.index)
+        recall = self_retrieval_recall(EntityIndex(tmp, params.index, encoder), kg,
+                                       params.index.self_retrieval_sample)
+        manifest = new_manifest(
+            "entity_index", domain=domain, files={"entities.lance": table_content_hash(table)}, inputs=inputs,
+            params=shaping, rows={"entities": table.num_rows},
+            metadata={"encoder": encoder.model_id, "dimension": int(vectors.shape[1]), "ann_index": ann,
+                      "self_retrieval": recall},
+        )
+        write_manifest(tmp, manifest)
+    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+
+
+def knowledge_graph_stats(domain: str, params: Params) -> GraphStats:
+    """Statistics of a built KG under the current seed params."""
+    return graph_stats(read_kg(kg_dir(params.artifacts_dir, domain)), params.seeds)

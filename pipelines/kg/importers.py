@@ -1,0 +1,244 @@
+"""Importers: turn a user's KG file into raw records (``RawGraph``), with errors that name the record.
+
+Supported sources: triple tables (CSV, TSV, parquet, JSON lines) with optional entity tables,
+LightRAG GraphML files, and LightRAG working directories (which hold such a GraphML file).
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import networkx as nx
+import polars as pl
+
+from pipelines.domains import SourceSpec
+from pipelines.kg.errors import KGSourceError
+from pipelines.kg.model import RAW_ENTITY_SCHEMA, RAW_RELATION_SCHEMA, RawGraph
+
+LIGHTRAG_SEP = "<SEP>"
+LIGHTRAG_GRAPHML = "graph_chunk_entity_relation.graphml"
+TEXT_SUFFIXES = {".csv", ".tsv", ".txt", ".jsonl", ".ndjson"}
+TABLE_SUFFIXES = TEXT_SUFFIXES | {".parquet"}
+
+# Accepted column names, first is canonical.
+TRIPLE_COLUMNS = {
+    "head": ("head", "subject", "source", "src", "h"),
+    "relation": ("relation", "predicate", "rel", "r", "keywords"),
+    "tail": ("tail", "object", "target", "dst", "t"),
+    "description": ("description", "relation_description"),
+    "weight": ("weight",),
+    "head_type": ("head_type",),
+    "tail_type": ("tail_type",),
+    "head_description": ("head_description",),
+    "tail_description": ("tail_description",),
+}
+ENTITY_COLUMNS = {
+    "name": ("name", "entity", "entity_id", "entity_name"),
+    "type": ("type", "entity_type"),
+    "description": ("description",),
+}
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.exists():
+        raise KGSourceError(f"{path}: {what} not found")
+    if not path.is_file():
+        raise KGSourceError(f"{path}: {what} is not a file")
+    if path.stat().st_size == 0:
+        raise KGSourceError(f"{path}: {what} is empty")
+
+
+def _check_utf8(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise KGSourceError(
+            f"{path}: line {line} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "re-encode the file as UTF-8") from None
+
+
+def _read_jsonl(path: Path, text: str) -> pl.DataFrame:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise KGSourceError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise KGSourceError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
+        rows.append({k: (v if v is None or isinstance(v, (str, int, float)) else json.dumps(v))
+                     for k, v in record.items()})
+    if not rows:
+        raise KGSourceError(f"{path}: no records")
+    columns = sorted({k for row in rows for k in row})
+    return pl.DataFrame({c: [row.get(c) for row in rows] for c in columns}, strict=False)
+
+
+def read_table(path: Path, what: str = "table") -> tuple[pl.DataFrame, int]:
+    """Read a CSV/TSV/parquet/JSON-lines table as strings; also return the line number of row 0."""
+    _require_file(path, what)
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise KGSourceError(f"{path}: unsupported {what} format {suffix!r}; use one of {sorted(TABLE_SUFFIXES)}")
+    if suffix == ".parquet":
+        try:
+            frame = pl.read_parquet(path)
+        except Exception as exc:  # polars raises several error types for corrupt files
+            raise KGSourceError(f"{path}: not a readable parquet file: {exc}") from None
+        first_line = 0
+    else:
+        text = _check_utf8(path)
+        if suffix in {".jsonl", ".ndjson"}:
+            return _read_jsonl(path, text).cast(pl.String), 1
+        separator = "," if suffix == ".csv" else "\t"
+        try:
+            frame = pl.read_csv(path, separator=separator, infer_schema=False,
+                                quote_char='"' if separator == "," else None)
+        except Exception as exc:
+            raise KGSourceError(f"{path}: not a readable {'CSV' if separator == ',' else 'TSV'} file: {exc}") from None
+        first_line = 2  # after the header
+    if frame.height == 0:
+        raise KGSourceError(f"{path}: no records (only a header?)")
+    return frame.cast(pl.String), first_line
+
+
+def _canonical_columns(frame: pl.DataFrame, spec: dict[str, tuple[str, ...]], path: Path,
+                       required: tuple[str, ...]) -> pl.DataFrame:
+    lower = {c.lower().strip(): c for c in frame.columns}
+    chosen: dict[str, str] = {}
+    for canonical, aliases in spec.items():
+        for alias in aliases:
+            if alias in lower:
+                chosen[canonical] = lower[alias]
+                break
+    missing = [c for c in required if c not in chosen]
+    if missing:
+        raise KGSourceError(f"{path}: missing column(s) {missing}; found {frame.columns}; "
+                            f"accepted names: { {c: spec[c] for c in missing} }")
+    return frame.select(pl.col(src).alias(dst) for dst, src in chosen.items())
+
+
+def _origin(path: Path, first_line: int, height: int) -> pl.Series:
+    if first_line == 0:
+        return pl.Series("origin", [f"{path.name}:row {i + 1}" for i in range(height)])
+    return pl.Series("origin", [f"{path.name}:{first_line + i}" for i in range(height)])
+
+
+def _reject_blank(frame: pl.DataFrame, columns: tuple[str, ...], path: Path) -> None:
+    for column in columns:
+        blank = frame.filter(pl.col(column).is_null() | (pl.col(column).str.strip_chars() == ""))
+        if blank.height:
+            where = ", ".join(blank["origin"].head(5).to_list())
+            raise KGSourceError(f"{path}: {blank.height} record(s) with an empty '{column}': {where}")
+
+
+def read_triples(path: Path, entities_path: Path | None = None) -> RawGraph:
+    """Triples (head, relation, tail, optional descriptions/types/weight) and an optional entity table."""
+    frame, first_line = read_table(path, "triples file")
+    frame = _canonical_columns(frame, TRIPLE_COLUMNS, path, ("head", "relation", "tail"))
+    frame = frame.with_columns(_origin(path, first_line, frame.height))
+    _reject_blank(frame, ("head", "relation", "tail"), path)
+    weight = pl.col("weight").cast(pl.Float64, strict=False).fill_null(1.0) if "weight" in frame.columns \
+        else pl.lit(1.0)
+    relations = frame.select(
+        head=pl.col("head"), tail=pl.col("tail"), keywords=pl.col("relation").str.strip_chars(),
+        description=pl.col("description").fill_null("") if "description" in frame.columns else pl.lit(""),
+        weight=weight, origin=pl.col("origin"),
+    )
+    endpoint_entities = [
+        frame.select(name=pl.col(side),
+                     type=pl.col(f"{side}_type").fill_null("") if f"{side}_type" in frame.columns else pl.lit(""),
+                     description=(pl.col(f"{side}_description").fill_null("")
+                                  if f"{side}_description" in frame.columns else pl.lit("")),
+                     source_id=pl.lit(path.name), origin=pl.col("origin"))
+        for side in ("head", "tail")
+    ]
+    tables = [read_entities(entities_path)] if entities_path else []
+    entities = pl.concat([*tables, *(e.cast(RAW_ENTITY_SCHEMA) for e in endpoint_entities)])
+    return RawGraph(entities=entities.cast(RAW_ENTITY_SCHEMA), relations=relations.cast(RAW_RELATION_SCHEMA),
+                    source=str(path))
+
+
+def read_entities(path: Path) -> pl.DataFrame:
+    frame, first_line = read_table(path, "entities file")
+    frame = _canonical_columns(frame, ENTITY_COLUMNS, path, ("name",))
+    frame = frame.with_columns(_origin(path, first_line, frame.height))
+    _reject_blank(frame, ("name",), path)
+    return frame.select(
+        name=pl.col("name"),
+        type=pl.col("type").fill_null("") if "type" in frame.columns else pl.lit(""),
+        description=pl.col("description").fill_null("") if "description" in frame.columns else pl.lit(""),
+        source_id=pl.lit(path.name), origin=pl.col("origin"),
+    ).cast(RAW_ENTITY_SCHEMA)
+
+
+def _split_sep(value: object) -> list[str]:
+    return [part.strip() for part in str(value or "").split(LIGHTRAG_SEP) if part.strip()]
+
+
+def read_lightrag_graphml(path: Path) -> RawGraph:
+    """A LightRAG GraphML graph: node ids/entity_id are names; ``<SEP>`` joins multiple values."""
+    _require_file(path, "GraphML file")
+    _check_utf8(path)
+    try:
+        graph = nx.read_graphml(path)
+    except ET.ParseError as exc:
+        line, column = exc.position
+        raise KGSourceError(f"{path}: malformed XML at line {line}, column {column}: {exc}") from None
+    except (nx.NetworkXError, KeyError, ValueError) as exc:
+        raise KGSourceError(f"{path}: not a valid GraphML graph: {exc}") from None
+    if graph.number_of_nodes() == 0:
+        raise KGSourceError(f"{path}: the graph has no nodes")
+    names: dict[object, str] = {}
+    entity_rows = []
+    for node, attrs in graph.nodes(data=True):
+        name = str(attrs.get("entity_id") or node).strip()
+        if not name:
+            raise KGSourceError(f"{path}: node {node!r} has an empty entity_id")
+        names[node] = name
+        types = _split_sep(attrs.get("entity_type"))
+        sources = _split_sep(attrs.get("source_id"))
+        entity_rows.append({"name": name, "type": types[0] if types else "",
+                            "description": "\n".join(dict.fromkeys(_split_sep(attrs.get("description")))),
+                            "source_id": sources, "origin": f"{path.name}:node {node}"})
+    relation_rows = []
+    for u, v, attrs in graph.edges(data=True):
+        keywords = ",".join(dict.fromkeys(k.strip() for part in _split_sep(attrs.get("keywords"))
+                                          for k in part.split(",") if k.strip()))
+        try:
+            weight = float(attrs.get("weight", 1.0))
+        except (TypeError, ValueError):
+            raise KGSourceError(f"{path}: edge {u!r}-{v!r} has a non-numeric weight {attrs.get('weight')!r}") from None
+        relation_rows.append({"head": names[u], "tail": names[v], "keywords": keywords,
+                              "description": "\n".join(dict.fromkeys(_split_sep(attrs.get("description")))),
+                              "weight": weight, "origin": f"{path.name}:edge {u}-{v}"})
+    entities = pl.DataFrame(entity_rows).explode("source_id") if entity_rows else pl.DataFrame()
+    relations = pl.DataFrame(relation_rows, schema=RAW_RELATION_SCHEMA)
+    return RawGraph(entities=entities.cast(RAW_ENTITY_SCHEMA).select(RAW_ENTITY_SCHEMA.keys()),
+                    relations=relations, source=str(path))
+
+
+def read_lightrag_workdir(path: Path) -> RawGraph:
+    """A LightRAG working directory: its GraphML file holds the graph."""
+    if not path.is_dir():
+        raise KGSourceError(f"{path}: LightRAG working directory not found")
+    graphml = path / LIGHTRAG_GRAPHML
+    if not graphml.is_file():
+        raise KGSourceError(f"{path}: no {LIGHTRAG_GRAPHML} in it (is this a LightRAG working directory?)")
+    return read_lightrag_graphml(graphml)
+
+
+def import_source(source: SourceSpec, root: Path) -> RawGraph:
+    """Read a registry source with the importer of its kind."""
+    path = root / source.path
+    if source.kind == "triples":
+        return read_triples(path, root / source.entities if source.entities else None)
+    if source.kind == "lightrag_graphml":
+        return read_lightrag_graphml(path)
+    return read_lightrag_workdir(path)
