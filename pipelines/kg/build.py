@@ -52,7 +52,8 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
         if not path.exists():
             raise KGSourceError(f"{path}: source file of domain {domain.name!r} not found")
     inputs = sha256_files(files, root)
-    shaping = {"source": domain.source.model_dump(mode="json"), "seeds": params.section("seeds")}
+    shaping = {"profile": params.profile, "source": domain.source.model_dump(mode="json"),
+               "seeds": params.section("seeds")}
     if not force and (manifest := _up_to_date(folder, inputs, shaping)):
         log.info("knowledge_graph[%s] is up to date", domain.name)
         return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=True)
@@ -65,7 +66,8 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
         manifest = new_manifest(
             "knowledge_graph", domain=domain.name, files=sha256_files(written, tmp), inputs=inputs,
             params=shaping, rows={"entities": kg.num_entities, "relations": kg.relations.height},
-            metadata={"directed": kg.directed, "description": domain.description, "stats": stats.model_dump()},
+            metadata={"directed": kg.directed, "description": domain.description,
+                      "stats": stats.model_dump()},
         )
         write_manifest(tmp, manifest)
     return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=False)
@@ -79,7 +81,7 @@ def build_entity_index(domain: str, params: Params, *, force: bool = False,
     if kg_manifest is None:
         raise ArtifactMissingError(f"{source}: knowledge graph of {domain!r} not built (run `omne kg build`)")
     inputs = {relative_path(source / name, params.root): sha for name, sha in kg_manifest.files.items()}
-    shaping = params.index.model_dump(include={"encoder", "text", "ann_min_rows"})
+    shaping = {"profile": params.profile, **params.index.model_dump(include={"encoder", "text", "ann_min_rows"})}
     if not force and (manifest := _up_to_date(folder, inputs, shaping)):
         log.info("entity_index[%s] is up to date", domain)
         return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)

@@ -1,0 +1,57 @@
+"""Shared fixtures: a throw-away omne project (params.yaml + registry + tiny domain) per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("LANCE_LOG", "error")
+
+from pipelines.config import Params, load_params  # noqa: E402
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+VENV_BIN = Path(sys.executable).parent
+
+TINY_REGISTRY = """domains:
+  solar:
+    description: A tiny solar-system graph.
+    source:
+      kind: triples
+      path: kg_assets/solar/triples.csv
+      entities: kg_assets/solar/entities.csv
+"""
+
+
+def make_project(root: Path, registry: str = TINY_REGISTRY) -> Path:
+    """A minimal omne project: the real params.yaml, a registry, and the tiny solar domain."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT_ROOT / "params.yaml", root / "params.yaml")
+    shutil.copytree(DATA / "solar", root / "kg_assets" / "solar")
+    (root / "kg_assets" / "domains.yaml").write_text(registry, encoding="utf-8")
+    return root
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "project")
+
+
+@pytest.fixture()
+def params(project: Path) -> Params:
+    return load_params(project / "params.yaml")
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """Environment for subprocesses: the venv's scripts first on PATH, offline model loading."""
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
+    env.pop("OMNE_PARAMS", None)
+    env.pop("OMNE_PROFILE", None)
+    return env
