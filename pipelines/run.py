@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from pydantic import BaseModel
@@ -56,4 +57,4 @@ def print_domain_table(rows: list[DomainRow], console: Console | None = None) ->
                       f"{s.largest_component:,}", f"{s.mean_degree:.2f}", f"{s.eligible_seeds:,}",
                       f"{s.described_share:.0%}", f"{row.recall_at_1:.3f}", f"{row.kg_state} / {row.index_state}",
                       f"{row.seconds:.1f}")
-    (console or Console()).print(table)
+    (console or Console(width=None if sys.stdout.isatty() else 160)).print(table)

@@ -51,7 +51,5 @@ def params(project: Path) -> Params:
 
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for subprocesses: the venv's scripts first on PATH, offline model loading."""
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
-    env.pop("OMNE_PARAMS", None)
-    env.pop("OMNE_PROFILE", None)
-    return env
+    env = {k: v for k, v in os.environ.items() if k not in ("OMNE_PARAMS", "OMNE_PROFILE")}
+    return {**env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}

@@ -1,0 +1,116 @@
+"""The `omne` command line, run as a user runs it (a subprocess in a project folder)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import networkx as nx
+import yaml
+
+from tests.conftest import cli_env
+
+
+def omne(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(["omne", *args], cwd=project, env=cli_env(), capture_output=True, text=True,
+                            timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_help_explains_every_command(project: Path) -> None:
+    out = omne(project, "--help").stdout
+    for command in ("domains", "kg", "params", "run"):
+        assert command in out
+    kg_help = omne(project, "kg", "--help").stdout
+    for command in ("build", "import", "index", "stats", "search"):
+        assert command in kg_help
+
+
+def test_domains_lists_the_registry(project: Path) -> None:
+    assert omne(project, "domains").stdout.startswith("solar ")
+    listed = json.loads(omne(project, "domains", "--json").stdout)
+    assert listed[0]["name"] == "solar" and listed[0]["source"]["kind"] == "triples"
+
+
+def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path) -> None:
+    first = omne(project, "run").stdout
+    assert "solar" in first and "built / built" in first
+    assert (project / "artifacts" / "kg" / "solar" / "entities.parquet").is_file()
+    assert (project / "artifacts" / "index" / "solar" / "manifest.json").is_file()
+    manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
+    second = omne(project, "run").stdout
+    assert "cached / cached" in second
+    assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
+    stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
+    assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1
+
+
+def test_profile_is_selectable_from_the_cli(project: Path) -> None:
+    assert json.loads(omne(project, "--profile", "paper", "params").stdout)["index"]["batch_size"] == 256
+    assert json.loads(omne(project, "params").stdout)["index"]["batch_size"] == 64
+    bad = omne(project, "--profile", "nope", "params", check=False)
+    assert bad.returncode == 2 and "unknown profile 'nope'" in bad.stderr
+
+
+def _lightrag_graphml(path: Path) -> None:
+    graph = nx.Graph()
+    for name, kind, desc in [("NOSEMA", "organism", "A microsporidian parasite of honey bees."),
+                             ("FUMAGILLIN-B", "drug", "An antibiotic used against nosema disease.<SEP>Fed in syrup."),
+                             ("HONEY BEE", "organism", "Apis mellifera.")]:
+        graph.add_node(name, entity_id=name, entity_type=kind, description=desc, source_id="chunk-1<SEP>chunk-2")
+    graph.add_edge("NOSEMA", "FUMAGILLIN-B", weight=2.0, description="Fumagillin-B treats nosema.",
+                   keywords="treatment,control", source_id="chunk-1")
+    graph.add_edge("NOSEMA", "HONEY BEE", weight=1.0, description="Nosema infects honey bees.",
+                   keywords="infection", source_id="chunk-2")
+    nx.write_graphml(graph, path)
+
+
+def test_import_graphml_registers_builds_and_reports(project: Path, tmp_path: Path) -> None:
+    source = tmp_path / "agri.graphml"
+    _lightrag_graphml(source)
+    out = omne(project, "kg", "import", str(source), "--name", "agriculture", "--description", "bees").stdout
+    assert "registered domain 'agriculture'" in out and "3 entities, 2 relations" in out
+    registry = yaml.safe_load((project / "kg_assets" / "domains.yaml").read_text())
+    assert registry["domains"]["agriculture"]["source"] == {"kind": "lightrag_graphml",
+                                                            "path": "kg_assets/agriculture/agri.graphml"}
+    assert (project / "kg_assets" / "agriculture" / "agri.graphml").is_file()
+    stats = json.loads(omne(project, "kg", "stats", "agriculture", "--json").stdout)
+    assert stats["entities"] == 3 and stats["relations"] == 2
+    hits = omne(project, "kg", "search", "agriculture", "fumagillin").stdout.splitlines()
+    assert "FUMAGILLIN-B" in hits[0]
+    again = omne(project, "kg", "import", str(source), "--name", "agriculture", check=False)
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_import_triples_with_entities_file(project: Path, tmp_path: Path) -> None:
+    triples = tmp_path / "t.tsv"
+    triples.write_text("subject\tpredicate\tobject\nAda Lovelace\twrote notes on\tAnalytical Engine\n"
+                       "Charles Babbage\tdesigned\tAnalytical Engine\n", encoding="utf-8")
+    entities = tmp_path / "e.csv"
+    entities.write_text("name,type,description\nAda Lovelace,person,English mathematician.\n", encoding="utf-8")
+    omne(project, "kg", "import", str(triples), "--name", "computing", "--entities", str(entities), "--no-build")
+    omne(project, "kg", "build", "--domain", "computing")
+    stats = json.loads(omne(project, "kg", "stats", "computing", "--json").stdout)
+    assert stats["entities"] == 3 and stats["relations"] == 2
+
+
+def test_bad_input_gives_one_clear_line_and_exit_code_2(project: Path, tmp_path: Path) -> None:
+    cases = {
+        ("kg", "build", "--domain", "nope"): "unknown domain 'nope'; known domains: solar",
+        ("kg", "build", "--domain", "../x"): "invalid domain name '../x'",
+        ("kg", "stats", "solar"): "no built knowledge graph",
+    }
+    broken = tmp_path / "broken.graphml"
+    broken.write_text("<graphml><graph><node id='a'></graph>", encoding="utf-8")
+    cases[("kg", "import", str(broken), "--name", "broken")] = "malformed XML at line 1"
+    cases[("kg", "import", str(broken), "--name", "../evil")] = "invalid domain name '../evil'"
+    for args, message in cases.items():
+        result = omne(project, *args, check=False)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert not (project / "kg_assets" / "broken").exists()
+    assert "broken" not in (project / "kg_assets" / "domains.yaml").read_text()

@@ -1,0 +1,66 @@
+"""Real `dvc repro` in a temporary git repository laid out like the project."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT, cli_env, make_project
+
+
+def run(cwd: Path, *args: str) -> str:
+    result = subprocess.run(list(args), cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{args}: {result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    root = make_project(tmp_path / "repo")
+    shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
+    shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / ".gitignore").write_text("/artifacts/\n")
+    run(root, "git", "init", "-q")
+    run(root, "git", "config", "user.email", "test@example.com")
+    run(root, "git", "config", "user.name", "test")
+    run(root, "dvc", "init", "-q")
+    run(root, "dvc", "config", "core.analytics", "false")
+    run(root, "git", "add", "-A")
+    run(root, "git", "commit", "-qm", "init")
+    return root
+
+
+def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, tmp_path: Path) -> None:
+    out = run(repo, "dvc", "repro")
+    assert "knowledge_graph@solar" in out and "entity_index@solar" in out
+    kg = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
+    assert (repo / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
+    again = run(repo, "dvc", "repro")
+    assert "Running stage" not in again and "up to date" in again.lower()
+
+    reference = make_project(tmp_path / "reference")
+    run(reference, "omne", "kg", "build")
+    same = json.loads((reference / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
+    assert same["files"] == kg["files"]  # byte-identical parquet files
+
+    status = run(repo, "dvc", "status")
+    assert "up to date" in status.lower()
+
+
+def test_source_change_reruns_only_that_domains_stages(repo: Path) -> None:
+    run(repo, "dvc", "repro")
+    triples = repo / "kg_assets" / "solar" / "triples.csv"
+    triples.write_text(triples.read_text() + "Pluto,orbits,Sun,Pluto is a dwarf planet.\n")
+    out = run(repo, "dvc", "repro")
+    assert "Running stage 'knowledge_graph@solar'" in out
+    assert json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())["rows"]["entities"] == 29
+
+
+def test_exp_run_switches_the_profile(repo: Path) -> None:
+    run(repo, "dvc", "exp", "run", "-S", "profile=paper")
+    manifest = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
+    assert manifest["params"]["profile"] == "paper"
