@@ -23,7 +23,7 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class PathsParams(_Section):
@@ -107,8 +107,12 @@ def resolve_params(raw: dict[str, Any], profile: str | None = None, *, source: s
     chosen = profile or os.environ.get(PROFILE_ENV) or raw.get("profile") or "quick"
     if profiles and chosen not in profiles:
         raise ConfigError(f"{source}: unknown profile {chosen!r}; known profiles: {sorted(profiles)}")
+    overrides = profiles.get(chosen) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{source}: profiles.{chosen} must be a mapping of overrides, "
+                          f"got {type(overrides).__name__}")
     base = {k: v for k, v in raw.items() if k != "profiles"}
-    merged = _deep_merge(base, profiles.get(chosen) or {})
+    merged = _deep_merge(base, overrides)
     merged["profile"] = chosen
     try:
         return Params.model_validate({**merged, "root": root or Path.cwd()})

@@ -100,11 +100,24 @@ class Registry(BaseModel):
                             for d in self.domains}}
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_registry(path: Path) -> Registry:
     if not path.is_file():
         raise RegistryError(f"{path}: domain registry not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
         return Registry.model_validate(raw)
     except yaml.YAMLError as exc:
         raise RegistryError(f"{path}: not valid YAML: {exc}") from None
@@ -124,7 +137,9 @@ def add_domain(path: Path, domain: Domain, *, replace: bool = False) -> Registry
     registry = load_registry(path) if path.exists() else Registry()
     if domain.name in registry.names and not replace:
         raise RegistryError(f"{path}: domain {domain.name!r} already exists (use --replace to overwrite it)")
-    kept = [d for d in registry.domains if d.name != domain.name]
-    updated = Registry(domains=[*kept, domain])
+    if domain.name in registry.names:  # replace in place, keeping the file's order
+        updated = Registry(domains=[domain if d.name == domain.name else d for d in registry.domains])
+    else:
+        updated = Registry(domains=[*registry.domains, domain])
     save_registry(path, updated)
     return updated

@@ -62,7 +62,7 @@ def _check_utf8(path: Path) -> str:
 
 
 def _read_jsonl(path: Path, text: str) -> pl.DataFrame:
-    rows = []
+    rows, origins = [], []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -74,14 +74,24 @@ def _read_jsonl(path: Path, text: str) -> pl.DataFrame:
             raise KGSourceError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
         rows.append({k: (v if v is None or isinstance(v, (str, int, float)) else json.dumps(v))
                      for k, v in record.items()})
+        origins.append(f"{path.name}:{number}")
     if not rows:
         raise KGSourceError(f"{path}: no records")
     columns = sorted({k for row in rows for k in row})
-    return pl.DataFrame({c: [row.get(c) for row in rows] for c in columns}, strict=False)
+    frame = pl.DataFrame({c: [row.get(c) for row in rows] for c in columns}, strict=False)
+    return frame.cast(pl.String).with_columns(pl.Series("origin", origins))
 
 
-def read_table(path: Path, what: str = "table") -> tuple[pl.DataFrame, int]:
-    """Read a CSV/TSV/parquet/JSON-lines table as strings; also return the line number of row 0."""
+def _csv_origins(path: Path, text: str, height: int) -> pl.Series:
+    """file:line per row when every record is one line, else file:row N (quoted multi-line fields)."""
+    lines = text.rstrip("\r\n").count("\n") + 1
+    if lines == height + 1:
+        return pl.Series("origin", [f"{path.name}:{i + 2}" for i in range(height)])
+    return pl.Series("origin", [f"{path.name}:row {i + 1}" for i in range(height)])
+
+
+def read_table(path: Path, what: str = "table") -> pl.DataFrame:
+    """Read a CSV/TSV/parquet/JSON-lines table as strings, plus an ``origin`` column (file:line)."""
     _require_file(path, what)
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
@@ -91,21 +101,21 @@ def read_table(path: Path, what: str = "table") -> tuple[pl.DataFrame, int]:
             frame = pl.read_parquet(path)
         except Exception as exc:  # polars raises several error types for corrupt files
             raise KGSourceError(f"{path}: not a readable parquet file: {exc}") from None
-        first_line = 0
+        origins = pl.Series("origin", [f"{path.name}:row {i + 1}" for i in range(frame.height)])
     else:
         text = _check_utf8(path)
         if suffix in {".jsonl", ".ndjson"}:
-            return _read_jsonl(path, text).cast(pl.String), 1
+            return _read_jsonl(path, text)
         separator = "," if suffix == ".csv" else "\t"
         try:
             frame = pl.read_csv(path, separator=separator, infer_schema=False,
                                 quote_char='"' if separator == "," else None)
         except Exception as exc:
             raise KGSourceError(f"{path}: not a readable {'CSV' if separator == ',' else 'TSV'} file: {exc}") from None
-        first_line = 2  # after the header
+        origins = _csv_origins(path, text, frame.height)
     if frame.height == 0:
         raise KGSourceError(f"{path}: no records (only a header?)")
-    return frame.cast(pl.String), first_line
+    return frame.cast(pl.String).with_columns(origins)
 
 
 def _canonical_columns(frame: pl.DataFrame, spec: dict[str, tuple[str, ...]], path: Path,
@@ -119,15 +129,10 @@ def _canonical_columns(frame: pl.DataFrame, spec: dict[str, tuple[str, ...]], pa
                 break
     missing = [c for c in required if c not in chosen]
     if missing:
-        raise KGSourceError(f"{path}: missing column(s) {missing}; found {frame.columns}; "
+        found = [c for c in frame.columns if c != "origin"]
+        raise KGSourceError(f"{path}: missing column(s) {missing}; found {found}; "
                             f"accepted names: { {c: spec[c] for c in missing} }")
-    return frame.select(pl.col(src).alias(dst) for dst, src in chosen.items())
-
-
-def _origin(path: Path, first_line: int, height: int) -> pl.Series:
-    if first_line == 0:
-        return pl.Series("origin", [f"{path.name}:row {i + 1}" for i in range(height)])
-    return pl.Series("origin", [f"{path.name}:{first_line + i}" for i in range(height)])
+    return frame.select(*(pl.col(src).alias(dst) for dst, src in chosen.items()), pl.col("origin"))
 
 
 def _reject_blank(frame: pl.DataFrame, columns: tuple[str, ...], path: Path) -> None:
@@ -138,14 +143,22 @@ def _reject_blank(frame: pl.DataFrame, columns: tuple[str, ...], path: Path) -> 
             raise KGSourceError(f"{path}: {blank.height} record(s) with an empty '{column}': {where}")
 
 
+def _weights(frame: pl.DataFrame, path: Path) -> pl.Series:
+    """The weight column as floats (empty -> 1.0); a value that is not a number is an error."""
+    raw = frame["weight"].str.strip_chars()
+    weights = raw.cast(pl.Float64, strict=False)
+    bad = frame.filter(weights.is_null() & raw.is_not_null() & (raw != ""))
+    if bad.height:
+        shown = ", ".join(f"{o} ({w!r})" for w, o in bad.select("weight", "origin").head(5).iter_rows())
+        raise KGSourceError(f"{path}: {bad.height} record(s) with a non-numeric weight: {shown}")
+    return weights.fill_null(1.0)
+
+
 def read_triples(path: Path, entities_path: Path | None = None) -> RawGraph:
     """Triples (head, relation, tail, optional descriptions/types/weight) and an optional entity table."""
-    frame, first_line = read_table(path, "triples file")
-    frame = _canonical_columns(frame, TRIPLE_COLUMNS, path, ("head", "relation", "tail"))
-    frame = frame.with_columns(_origin(path, first_line, frame.height))
+    frame = _canonical_columns(read_table(path, "triples file"), TRIPLE_COLUMNS, path, ("head", "relation", "tail"))
     _reject_blank(frame, ("head", "relation", "tail"), path)
-    weight = pl.col("weight").cast(pl.Float64, strict=False).fill_null(1.0) if "weight" in frame.columns \
-        else pl.lit(1.0)
+    weight = _weights(frame, path) if "weight" in frame.columns else pl.lit(1.0)
     relations = frame.select(
         head=pl.col("head"), tail=pl.col("tail"), keywords=pl.col("relation").str.strip_chars(),
         description=pl.col("description").fill_null("") if "description" in frame.columns else pl.lit(""),
@@ -166,9 +179,7 @@ def read_triples(path: Path, entities_path: Path | None = None) -> RawGraph:
 
 
 def read_entities(path: Path) -> pl.DataFrame:
-    frame, first_line = read_table(path, "entities file")
-    frame = _canonical_columns(frame, ENTITY_COLUMNS, path, ("name",))
-    frame = frame.with_columns(_origin(path, first_line, frame.height))
+    frame = _canonical_columns(read_table(path, "entities file"), ENTITY_COLUMNS, path, ("name",))
     _reject_blank(frame, ("name",), path)
     return frame.select(
         name=pl.col("name"),

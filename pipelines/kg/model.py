@@ -57,11 +57,14 @@ class KnowledgeGraph:
         return self.entities.height
 
     def adjacency(self) -> sparse.csr_matrix:
-        """Undirected 0/1 adjacency without self loops: what BFS, components and degrees use."""
+        """Undirected 0/1 adjacency without self loops: what BFS, components and degrees use.
+
+        Relations whose ends are not entity ids are left out (the dangling-edge check reports them).
+        """
         n = self.num_entities
-        src = self.relations["src"].to_numpy()
-        dst = self.relations["dst"].to_numpy()
-        keep = src != dst
+        src = self.relations["src"].fill_null(-1).to_numpy()
+        dst = self.relations["dst"].fill_null(-1).to_numpy()
+        keep = (src != dst) & (src >= 0) & (src < n) & (dst >= 0) & (dst < n)
         rows = np.concatenate([src[keep], dst[keep]])
         cols = np.concatenate([dst[keep], src[keep]])
         matrix = sparse.csr_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n, n))
