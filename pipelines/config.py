@@ -49,6 +49,17 @@ class SeedParams(_Section):
     max_nodes: int = Field(400, ge=1)
 
 
+class ToolParams(_Section):
+    entity_matcher_top_k: int = Field(5, ge=1, le=100)
+    node_info_max_neighbors: int | None = Field(60, ge=1)  # None: every neighbour (the seed paper)
+    search_top_relations: int = Field(3, ge=1)  # predicates kept by relevance to the question
+    search_max_triples: int = Field(30, ge=1)
+    kg_r1_max_items: int | None = Field(None, ge=1)  # cap of a KG-R1 list; None: all
+    fuzzy_min_score: float = Field(0.9, ge=0.0, le=1.0)  # index fallback of node_info/search accepts >= this
+    max_argument_chars: int = Field(1000, ge=1)  # longer string arguments are refused
+    max_call_chars: int = Field(4000, ge=1)
+
+
 class CheckParams(_Section):
     min_description_share: float = Field(0.5, ge=0.0, le=1.0)
     max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
@@ -61,6 +72,7 @@ class Params(_Section):
     paths: PathsParams = PathsParams()
     index: IndexParams = IndexParams()
     seeds: SeedParams = SeedParams()
+    tools: ToolParams = ToolParams()
     checks: CheckParams = CheckParams()
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 

@@ -1,0 +1,348 @@
+"""The KG tools the agent calls, over every loaded domain, with the seed systems' signatures and outputs.
+
+- Omne-R1 (seed 000): ``entity_matcher(node_name, graph_type)``, ``node_info(node_name, graph_type)``.
+- KG-R1 (seed 003): ``get_head_relations / get_tail_relations(entity)``,
+  ``get_head_entities / get_tail_entities(entity, relation)``: flat comma-separated lists.
+- KG-Reasoner / KG-Hopper (seeds 001/002): ``search(entity, question, backtrack=False)``: the triples
+  of the entity's predicates most relevant to the question, with per-episode backtracking.
+
+Tools without a ``graph_type`` argument act on the episode's graph (given with the call). A
+``KGToolbox.call`` never raises: any failure is a typed error the model can read and recover from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from pipelines.agent.calls import ErrorType, Param, ToolCall, ToolError, ToolSpec, parse_call
+from pipelines.agent.kg_view import DomainGraph, manifest_signature
+from pipelines.config import Params
+from pipelines.domains import RegistryError, load_registry
+from pipelines.kg.embed import Encoder
+from pipelines.kg.errors import ArtifactMissingError
+from pipelines.kg.model import normalise_key
+
+log = logging.getLogger(__name__)
+
+GRAPH_TYPE = Param(name="graph_type", description="The knowledge graph (domain) to use.")
+TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+    ToolSpec(name="entity_matcher", description="Find the entities of a knowledge graph whose names are most "
+             "similar to a name; use it to get the exact entity name before node_info.",
+             params=(Param(name="node_name", description="The entity name to look for."), GRAPH_TYPE)),
+    ToolSpec(name="node_info", description="Show an entity of a knowledge graph with its description and all "
+             "its relations to other entities.",
+             params=(Param(name="node_name", description="The exact entity name."), GRAPH_TYPE)),
+    ToolSpec(name="get_head_relations", description="Get relations where the entity is the tail (object).",
+             params=(Param(name="entity", description="The exact entity name."),)),
+    ToolSpec(name="get_tail_relations", description="Get relations where the entity is the head (subject).",
+             params=(Param(name="entity", description="The exact entity name."),)),
+    ToolSpec(name="get_head_entities", description="Get the head entities of triples (head, relation, entity).",
+             params=(Param(name="entity", description="The exact tail entity name."),
+                     Param(name="relation", description="The exact relation name."))),
+    ToolSpec(name="get_tail_entities", description="Get the tail entities of triples (entity, relation, tail).",
+             params=(Param(name="entity", description="The exact head entity name."),
+                     Param(name="relation", description="The exact relation name."))),
+    ToolSpec(name="search", description="Search the knowledge graph for triples of an entity relevant to the "
+             "question; backtrack=True returns to the previous entity and tries its next candidate.",
+             params=(Param(name="entity", description="The entity to expand."),
+                     Param(name="question", description="The question being answered."),
+                     Param(name="backtrack", kind="boolean", required=False, default=False,
+                           description="Return to the parent entity and take its next candidate."))),
+]}
+OMNE_TOOLS = ("entity_matcher", "node_info")
+KG_R1_TOOLS = ("get_head_relations", "get_tail_relations", "get_head_entities", "get_tail_entities")
+SEARCH_TOOLS = ("search",)
+
+
+class ToolResult(BaseModel):
+    """One executed (or refused) call: what the model sees (``content``) and what metrics need."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    arguments: dict[str, Any]
+    ok: bool
+    error_type: ErrorType | None = None
+    content: str
+    graph_type: str | None = None
+
+
+@dataclass
+class Frame:
+    """One step of a search path: the entity expanded and the candidates it offered."""
+
+    entity: int
+    question: str
+    candidates: list[int]
+    next: int = 0
+
+
+@dataclass
+class EpisodeState:
+    """Per-episode memory of the search tool (for backtracking); one per rollout."""
+
+    graph_type: str | None = None
+    path: list[Frame] = field(default_factory=list)
+
+
+def _error(kind: ErrorType, message: str) -> ToolError:
+    return ToolError(type=kind, message=message)
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+class KGToolbox:
+    """Loads each domain once (reloading it when its manifests change) and executes tool calls."""
+
+    def __init__(self, params: Params, domains: list[str] | None = None, encoder: Encoder | None = None,
+                 reload_check_seconds: float = 1.0) -> None:
+        self.params = params
+        self.tool_params = params.tools
+        registry = load_registry(params.registry_path)
+        self.domain_names = [registry.get(d).name for d in domains] if domains else registry.names
+        self._graphs: dict[str, DomainGraph] = {}
+        self._checked_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._encoder = encoder
+        self._reload_check_seconds = reload_check_seconds
+        self._handlers: dict[str, Callable[[DomainGraph, dict[str, Any], EpisodeState], str | ToolError]] = {
+            "entity_matcher": self._entity_matcher, "node_info": self._node_info,
+            "get_head_relations": self._head_relations, "get_tail_relations": self._tail_relations,
+            "get_head_entities": self._head_entities, "get_tail_entities": self._tail_entities,
+            "search": self._search,
+        }
+        self.specs = TOOL_SPECS
+
+    # ----- loading -------------------------------------------------------------------------------------
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            self._encoder = Encoder(self.params.index, cache_dir=self.params.artifacts_dir / "cache" / "embeddings")
+        return self._encoder
+
+    @lru_cache(maxsize=65536)  # noqa: B019 - one toolbox per process; queries repeat a lot in RL
+    def _embed(self, text: str) -> np.ndarray:
+        return self.encoder.encode([text])[0]
+
+    def load_all(self) -> None:
+        for name in self.domain_names:
+            self.graph(name)
+
+    def graph(self, name: str) -> DomainGraph:
+        """The domain's view, loaded on first use and reloaded when a manifest changed on disk."""
+        now = time.monotonic()
+        graph = self._graphs.get(name)
+        if graph is not None and now - self._checked_at.get(name, 0.0) < self._reload_check_seconds:
+            return graph
+        with self._lock:
+            graph = self._graphs.get(name)
+            signature = manifest_signature(self.params.artifacts_dir, name)
+            if graph is None or graph.signature != signature:
+                log.info("loading domain %s", name)
+                graph = DomainGraph.load(self.params.artifacts_dir, name)
+                self._graphs[name] = graph
+            self._checked_at[name] = now
+            return graph
+
+    # ----- entry points --------------------------------------------------------------------------------
+    def call(self, call: str | dict | ToolCall, *, graph_type: str | None = None,
+             episode: EpisodeState | None = None) -> ToolResult:
+        """Parse (when text) and execute one call; never raises."""
+        if isinstance(call, dict):
+            try:
+                call = json.dumps({"name": call.get("name"), "arguments": call.get("arguments", {})})
+            except (TypeError, ValueError):
+                call = ""
+        if isinstance(call, str):
+            parsed = parse_call(call, self.specs, max_call_chars=self.tool_params.max_call_chars,
+                                max_argument_chars=self.tool_params.max_argument_chars)
+            if isinstance(parsed, ToolError):
+                return ToolResult(name="", arguments={}, ok=False, error_type=parsed.type, content=parsed.render(),
+                                  graph_type=graph_type)
+            call = parsed
+        return self.execute(call, graph_type=graph_type, episode=episode)
+
+    def execute(self, call: ToolCall, *, graph_type: str | None = None,
+                episode: EpisodeState | None = None) -> ToolResult:
+        episode = episode or EpisodeState(graph_type=graph_type)
+        target = call.arguments.get("graph_type") or graph_type or episode.graph_type
+        if target is None and len(self.domain_names) == 1:
+            target = self.domain_names[0]
+        try:
+            outcome = self._run(call, target, episode)
+        except Exception as exc:  # a bug must not crash a rollout: report it as a typed error
+            log.exception("tool %s failed", call.name)
+            outcome = _error(ErrorType.SERVER_ERROR, f"the tool failed: {type(exc).__name__}")
+        if isinstance(outcome, ToolError):
+            return ToolResult(name=call.name, arguments=call.arguments, ok=False, error_type=outcome.type,
+                              content=outcome.render(), graph_type=target)
+        return ToolResult(name=call.name, arguments=call.arguments, ok=True, content=outcome, graph_type=target)
+
+    def _run(self, call: ToolCall, target: str | None, episode: EpisodeState) -> str | ToolError:
+        if target is None:
+            return _error(ErrorType.UNKNOWN_GRAPH, f"no graph_type given; known graphs: {', '.join(self.domain_names)}")
+        if target not in self.domain_names:
+            return _error(ErrorType.UNKNOWN_GRAPH,
+                          f'unknown graph_type "{_clip(str(target), 80)}"; known graphs: {", ".join(self.domain_names)}')
+        try:
+            graph = self.graph(target)
+        except (ArtifactMissingError, RegistryError) as exc:
+            return _error(ErrorType.SERVER_ERROR, f'graph "{target}" is not available: {exc}')
+        return self._handlers[call.name](graph, call.arguments, episode)
+
+    # ----- shared look-ups -----------------------------------------------------------------------------
+    def _resolve(self, graph: DomainGraph, name: str, *, fuzzy: bool) -> int | None:
+        """Exact normalised-key match; with ``fuzzy``, else the nearest name in the entity index."""
+        found = graph.lookup(name)
+        if found is not None or not fuzzy or graph.vectors is None or not name.strip():
+            return found
+        best, score = graph.nearest(self._embed(name), 1)[0]
+        return best if score >= self.tool_params.fuzzy_min_score else None
+
+    @staticmethod
+    def _not_found(name: str) -> ToolError:
+        return _error(ErrorType.ENTITY_NOT_FOUND, f'Entity "{_clip(name.strip(), 120)}" not found in KG')
+
+    # ----- Omne-R1 tools -------------------------------------------------------------------------------
+    def _entity_matcher(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+        query = args["node_name"].strip()
+        if not query:
+            return _error(ErrorType.INVALID_ARGUMENT, "entity_matcher: node_name is empty")
+        hits = graph.nearest(self._embed(query), self.tool_params.entity_matcher_top_k)
+        lines = [f"Found {len(hits)} entities matching '{_clip(query, 120)}':"]
+        lines += [f"{rank}. Entity: {graph.names[i]} Description: {_clip(graph.descriptions[i]) or 'none'}"
+                  for rank, (i, _score) in enumerate(hits, start=1)]
+        return "\n".join(lines)
+
+    def _node_info(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+        name = args["node_name"]
+        entity = self._resolve(graph, name, fuzzy=True)
+        if entity is None:
+            return self._not_found(name)
+        relations = [*graph.out_idx[graph.out_ptr[entity]:graph.out_ptr[entity + 1]], *graph.incoming_only(entity)]
+        lines = []
+        if graph.lookup(name) is None:
+            lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
+        lines += [f"Entity: {graph.names[entity]}", f"Type: {graph.types[entity] or 'unknown'}",
+                  f"Description: {graph.descriptions[entity] or 'none'}", f"Relations ({len(relations)}):"]
+        cap = self.tool_params.node_info_max_neighbors
+        shown = relations if cap is None else relations[:cap]
+        arrow = "->" if graph.directed else "--"
+        for rank, r in enumerate(shown, start=1):
+            head, tail = graph.names[graph.rel_src[r]], graph.names[graph.rel_dst[r]]
+            description = graph.rel_descriptions[r]
+            lines.append(f"{rank}. {head} -[{graph.rel_keywords[r]}]{arrow} {tail}"
+                         + (f": {description}" if description else ""))
+        if len(shown) < len(relations):
+            lines.append(f"… {len(relations) - len(shown)} more relations not shown")
+        return "\n".join(lines)
+
+    # ----- KG-R1 actions -------------------------------------------------------------------------------
+    def _listed(self, items: list[str]) -> str:
+        cap = self.tool_params.kg_r1_max_items
+        if cap is not None and len(items) > cap:
+            return ", ".join(items[:cap]) + f", … {len(items) - cap} more"
+        return ", ".join(items)
+
+    def _relations(self, graph: DomainGraph, args: dict[str, Any], side: str) -> str | ToolError:
+        name = args["entity"]
+        entity = self._resolve(graph, name, fuzzy=False)
+        if entity is None:
+            return self._not_found(name)
+        relations = graph.outgoing(entity) if side == "Tail" else graph.incoming(entity)
+        labels = sorted({graph.rel_keywords[r] for r in relations})
+        if not labels:
+            return _error(ErrorType.NO_RESULTS,
+                          f'No {side.lower()} relations found for entity "{graph.names[entity]}" in knowledge graph')
+        return f'{side} relations for entity "{graph.names[entity]}": {self._listed(labels)}'
+
+    def _head_relations(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+        return self._relations(graph, args, "Head")
+
+    def _tail_relations(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+        return self._relations(graph, args, "Tail")
+
+    def _entities(self, graph: DomainGraph, args: dict[str, Any], side: str) -> str | ToolError:
+        name, relation = args["entity"], args["relation"]
+        entity = self._resolve(graph, name, fuzzy=False)
+        if entity is None:
+            return self._not_found(name)
+        key = normalise_key(relation)
+        candidates = graph.outgoing(entity) if side == "Tail" else graph.incoming(entity)
+        matching = [r for r in candidates if graph.rel_keys[r] == key]
+        if not matching:
+            if not any(k == key for k in graph.rel_keys):
+                return _error(ErrorType.RELATION_NOT_FOUND, f'Relation "{_clip(relation.strip(), 120)}" not found in KG')
+            return _error(ErrorType.NO_RESULTS, f'No {side.lower()} entities found for entity "{graph.names[entity]}" '
+                          f'with relation "{_clip(relation.strip(), 120)}"')
+        others = sorted({graph.names[graph.other_end(r, entity)] for r in matching})
+        return (f'{side} entities for entity "{graph.names[entity]}" with relation '
+                f'"{graph.rel_keywords[matching[0]]}": {self._listed(others)}')
+
+    def _head_entities(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+        return self._entities(graph, args, "Head")
+
+    def _tail_entities(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+        return self._entities(graph, args, "Tail")
+
+    # ----- KG-Reasoner / KG-Hopper search ---------------------------------------------------------------
+    def _relevant_triples(self, graph: DomainGraph, entity: int, question: str) -> list[int]:
+        """Stage 1: the entity's predicates, ranked by similarity to the question; stage 2: their triples."""
+        incident = np.concatenate([graph.out_idx[graph.out_ptr[entity]:graph.out_ptr[entity + 1]],
+                                   graph.incoming_only(entity)])
+        labels = sorted({graph.rel_keywords[r] for r in incident})
+        if not labels:
+            return []
+        query = self._embed(question)
+        scores = {label: float(self._embed(label) @ query) for label in labels}
+        kept = set(sorted(labels, key=lambda lab: (-scores[lab], lab))[: self.tool_params.search_top_relations])
+        ranked = sorted((r for r in incident if graph.rel_keywords[r] in kept),
+                        key=lambda r: (-scores[graph.rel_keywords[r]], graph.rel_keywords[r], int(r)))
+        return ranked[: self.tool_params.search_max_triples]
+
+    def _expand(self, graph: DomainGraph, entity: int, question: str, episode: EpisodeState, header: str) -> str:
+        triples = self._relevant_triples(graph, entity, question)
+        visited = {frame.entity for frame in episode.path} | {entity}
+        candidates = list(dict.fromkeys(graph.other_end(r, entity) for r in triples))
+        episode.path.append(Frame(entity=entity, question=question,
+                                  candidates=[c for c in candidates if c not in visited]))
+        if not triples:
+            return f'{header}No triples found for "{graph.names[entity]}".'
+        lines = [f'{header}Triples of "{graph.names[entity]}" relevant to the question:']
+        lines += [f"({graph.names[graph.rel_src[r]]}, {graph.rel_keywords[r]}, {graph.names[graph.rel_dst[r]]})"
+                  for r in triples]
+        return "\n".join(lines)
+
+    def _search(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
+        question = args["question"].strip()
+        if args.get("backtrack"):
+            if len(episode.path) < 2:
+                return _error(ErrorType.NO_RESULTS, "there is no previous entity to backtrack to")
+            left = episode.path.pop()
+            parent = episode.path[-1]
+            while parent.next < len(parent.candidates):
+                candidate = parent.candidates[parent.next]
+                parent.next += 1
+                if candidate != left.entity and all(f.entity != candidate for f in episode.path):
+                    header = (f'Backtracked from "{graph.names[left.entity]}" to "{graph.names[parent.entity]}"; '
+                              f'next candidate: "{graph.names[candidate]}".\n')
+                    return self._expand(graph, candidate, question or parent.question, episode, header)
+            return _error(ErrorType.NO_RESULTS, f'"{graph.names[parent.entity]}" has no more candidates to try')
+        entity = self._resolve(graph, args["entity"], fuzzy=True)
+        if entity is None:
+            return self._not_found(args["entity"])
+        if episode.path and entity in episode.path[-1].candidates:  # following a candidate of the last step
+            parent = episode.path[-1]
+            parent.next = max(parent.next, parent.candidates.index(entity) + 1)
+        return self._expand(graph, entity, question, episode, "")
