@@ -192,6 +192,66 @@ def kg_search(ctx: click.Context, name: str, query: str, k: int) -> None:
         click.echo(f"{hit.score:.3f}  {hit.name}  |  {hit.description[:100]}")
 
 
+@cli.group()
+def tools() -> None:
+    """The agent's KG tools: call one by hand, list them, or serve them over HTTP."""
+
+
+@tools.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the OpenAI-style JSON schemas.")
+def tools_list(as_json: bool) -> None:
+    """List the tools and their arguments."""
+    from pipelines.agent.tools import TOOL_SPECS
+
+    if as_json:
+        click.echo(json.dumps([spec.json_schema() for spec in TOOL_SPECS.values()], indent=2))
+        return
+    for spec in TOOL_SPECS.values():
+        click.echo(f"{spec.name}({', '.join(p.name for p in spec.params)})  {spec.description}")
+
+
+@tools.command("call")
+@click.argument("call_text")
+@click.option("--graph-type", "-g", help="The episode's graph, for tools without a graph_type argument.")
+@click.option("--server", help="Call a running tool server (e.g. http://127.0.0.1:8765) instead of in-process.")
+@click.option("--token", envvar="OMNE_TOOLS_TOKEN", help="Bearer token of the server.")
+@click.pass_context
+def tools_call(ctx: click.Context, call_text: str, graph_type: str | None, server: str | None,
+               token: str | None) -> None:
+    """Run one tool call as the model would write it, e.g. 'node_info(node_name="Iron", graph_type="chemistry")'."""
+    from pipelines.agent.client import HttpToolClient, InProcessToolClient
+    from pipelines.agent.tools import KGToolbox
+
+    client = HttpToolClient(server, token) if server else InProcessToolClient(KGToolbox(_params(ctx)))
+    result = client.call(call_text, graph_type=graph_type)
+    click.echo(result.content)
+    if not result.ok:
+        sys.exit(1)
+
+
+@tools.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback by default).")
+@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--token", envvar="OMNE_TOOLS_TOKEN", help="Require this bearer token (or $OMNE_TOOLS_TOKEN).")
+@click.option("--domain", "-d", "names", multiple=True, help="Domains to serve (default: all built ones).")
+@click.option("--max-body-bytes", default=2_000_000, show_default=True, type=int, help="Largest request body.")
+@click.pass_context
+def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, names: tuple[str, ...],
+                max_body_bytes: int) -> None:
+    """Serve the tools over HTTP (FastAPI): POST /v1/tools/call and /v1/tools/batch, GET /health, /docs."""
+    import uvicorn
+
+    from pipelines.agent.server import create_app
+    from pipelines.agent.tools import KGToolbox
+
+    toolbox = KGToolbox(_params(ctx), list(names) or None)
+    toolbox.load_all()
+    click.echo(f"serving {', '.join(toolbox.domain_names)} on http://{host}:{port} "
+               f"({'token required' if token else 'no token'})")
+    uvicorn.run(create_app(toolbox, token=token, max_body_bytes=max_body_bytes), host=host, port=port,
+                log_level="warning")
+
+
 @cli.command()
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")

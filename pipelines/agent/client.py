@@ -1,0 +1,62 @@
+"""One interface to the tools, in-process or over HTTP, so rollouts do not care where the KG lives."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import httpx
+
+from pipelines.agent.server import CallRequest, EpisodeStore
+from pipelines.agent.tools import KGToolbox, ToolCall, ToolResult
+
+TOKEN_ENV = "OMNE_TOOLS_TOKEN"
+
+
+class ToolClient(Protocol):
+    def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
+             episode_id: str | None = None) -> ToolResult: ...
+
+    def batch(self, requests: list[CallRequest]) -> list[ToolResult]: ...
+
+
+class InProcessToolClient:
+    """Calls the toolbox directly (same process): no serialisation, the fastest path."""
+
+    def __init__(self, toolbox: KGToolbox) -> None:
+        self.toolbox = toolbox
+        self.episodes = EpisodeStore()
+
+    def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
+             episode_id: str | None = None) -> ToolResult:
+        episode = self.episodes.get(episode_id, graph_type)
+        return self.toolbox.call(call, graph_type=graph_type, episode=episode)
+
+    def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
+        return [self.call(r.call, graph_type=r.graph_type, episode_id=r.episode_id) for r in requests]
+
+
+class HttpToolClient:
+    """Calls a running `omne tools serve` (keep-alive connection, optional bearer token)."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        token = token or os.environ.get(TOKEN_ENV)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
+             episode_id: str | None = None) -> ToolResult:
+        if isinstance(call, ToolCall):
+            call = call.model_dump()
+        response = self.http.post("/v1/tools/call", json={"call": call, "graph_type": graph_type,
+                                                          "episode_id": episode_id})
+        response.raise_for_status()
+        return ToolResult.model_validate(response.json())
+
+    def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
+        response = self.http.post("/v1/tools/batch", json={"calls": [r.model_dump() for r in requests]})
+        response.raise_for_status()
+        return [ToolResult.model_validate(r) for r in response.json()["results"]]
+
+    def close(self) -> None:
+        self.http.close()
