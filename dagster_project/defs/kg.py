@@ -10,7 +10,7 @@ from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.checks import INDEX_CHECKS, KG_CHECKS, check_self_retrieval, run_kg_checks
 from pipelines.kg.index import EntityIndex
-from pipelines.kg.store import read_kg
+from pipelines.kg.store import kg_dir, read_kg
 
 
 @dg.asset(
@@ -42,5 +42,5 @@ def entity_index(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Ma
     params = omne.params()
     result = build_entity_index(context.partition_key, params)
     index = EntityIndex(result.folder, params.index)
-    outcome = check_self_retrieval(index, read_kg(params.artifacts_dir / "kg" / context.partition_key), params.index)
+    outcome = check_self_retrieval(index, read_kg(kg_dir(params.artifacts_dir, context.partition_key)), params.index)
     return dg.MaterializeResult(metadata=manifest_metadata(result), check_results=[asset_check_result(outcome)])

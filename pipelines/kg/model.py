@@ -71,17 +71,6 @@ class KnowledgeGraph:
         matrix.data[:] = 1  # duplicates summed by the constructor: back to 0/1
         return matrix
 
-    def to_networkx(self):  # noqa: ANN201 - networkx is imported lazily, only tests and tools need it
-        import networkx as nx
-
-        graph = nx.MultiDiGraph() if self.directed else nx.MultiGraph()
-        for row in self.entities.iter_rows(named=True):
-            graph.add_node(row["id"], name=row["name"], type=row["type"], description=row["description"])
-        for row in self.relations.iter_rows(named=True):
-            graph.add_edge(row["src"], row["dst"], keywords=row["keywords"], description=row["description"],
-                           weight=row["weight"])
-        return graph
-
 
 def _keys(names: pl.Series) -> pl.Series:
     return pl.Series("key", [normalise_key(n) for n in names.to_list()], dtype=pl.String)
