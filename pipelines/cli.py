@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import click
+import httpx
 
 from pipelines.config import ConfigError, Params, load_params
 from pipelines.domains import Domain, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
 from pipelines.kg.errors import ArtifactMissingError, KGSourceError
 
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir"}
-USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError)
+USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, httpx.HTTPError)
 
 
 class OmneGroup(click.Group):
@@ -233,7 +234,8 @@ def tools_call(ctx: click.Context, call_text: str, graph_type: str | None, serve
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback by default).")
 @click.option("--port", default=8765, show_default=True, type=int)
 @click.option("--token", envvar="OMNE_TOOLS_TOKEN", help="Require this bearer token (or $OMNE_TOOLS_TOKEN).")
-@click.option("--domain", "-d", "names", multiple=True, help="Domains to serve (default: all built ones).")
+@click.option("--domain", "-d", "names", multiple=True,
+              help="Domains to serve (default: every registered one; unbuilt ones load once built).")
 @click.option("--max-body-bytes", default=2_000_000, show_default=True, type=int, help="Largest request body.")
 @click.pass_context
 def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, names: tuple[str, ...],
@@ -245,8 +247,8 @@ def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, nam
     from pipelines.agent.tools import KGToolbox
 
     toolbox = KGToolbox(_params(ctx), list(names) or None)
-    toolbox.load_all()
-    click.echo(f"serving {', '.join(toolbox.domain_names)} on http://{host}:{port} "
+    loaded = toolbox.load_all()
+    click.echo(f"serving {', '.join(loaded) or 'no built domain yet'} on http://{host}:{port} "
                f"({'token required' if token else 'no token'})")
     uvicorn.run(create_app(toolbox, token=token, max_body_bytes=max_body_bytes), host=host, port=port,
                 log_level="warning")

@@ -191,7 +191,7 @@ def test_lightrag_workdir_domain_builds_undirected(project: Path, params: Params
     assert list(result.manifest.inputs) == ["kg_assets/rag/rag_storage/graph_chunk_entity_relation.graphml"]
     kg = read_kg(result.folder)
     assert not kg.directed
-    assert kg.relations.select("src", "dst").rows() == [(0, 2), (1, 2)]  # alpha=0, beta=1, zeta=2
+    assert kg.relations.select("src", "dst").rows() == [(2, 0), (2, 1)]  # alpha=0, beta=1, zeta=2; as written
     assert build_knowledge_graph(load_registry(params.registry_path).get("rag"), params).skipped
 
 

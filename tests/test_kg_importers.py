@@ -235,22 +235,21 @@ def test_lightrag_graphml_splits_sep_values(tmp_path: Path) -> None:
     ids = {name: row["id"] for name, row in rows.items()}
     relations = {(s, d): (k, desc, w) for s, d, k, desc, w in
                  kg.relations.select("src", "dst", "keywords", "description", "weight").iter_rows()}
-    assert relations == {
-        (ids["FRANCE"], ids["PARIS"]): ("capital city,located in",
+    assert relations == {  # undirected edges keep the orientation the file wrote them in
+        (ids["PARIS"], ids["FRANCE"]): ("capital city,located in",
                                         "Paris is the capital of France.\nThe French capital.", 2.0),
         (ids["PARIS"], ids["SEINE"]): ("flows through", "The Seine flows through Paris.", 1.0),
     }
-    assert (kg.relations["src"] < kg.relations["dst"]).all()
     assert kg.entities.schema == pl.Schema(ENTITY_SCHEMA)
 
 
-def test_handwritten_graphml_stores_undirected_edge_once_smaller_id_first(tmp_path: Path) -> None:
+def test_handwritten_graphml_stores_undirected_edge_once_as_written(tmp_path: Path) -> None:
     path = write_handmade_graphml(tmp_path / "stars.graphml")
     raw = read_lightrag_graphml(path)
     assert raw.relations["head"].to_list() == ["ZETA"] and raw.relations["tail"].to_list() == ["ALPHA"]
     kg = assemble_graph(raw, directed=False)
     assert entity_pairs(kg) == [(0, "ALPHA"), (1, "ZETA")]
-    assert kg.relations.select("src", "dst", "weight").rows() == [(0, 1, 3.5)]
+    assert kg.relations.select("src", "dst", "weight").rows() == [(1, 0, 3.5)]  # ZETA -- ALPHA, as written
     assert kg.entities.filter(pl.col("name") == "ALPHA")["description"].to_list() == ["Another star.\nBinary system."]
     assert kg.entities.filter(pl.col("name") == "ALPHA")["source_ids"].to_list() == [["chunk-8", "chunk-9"]]
     directed = assemble_graph(raw, directed=True)
@@ -557,3 +556,13 @@ def test_non_numeric_weight_names_the_line(tmp_path: Path) -> None:
     raises_source_error(lambda: read_triples(path), str(path), "non-numeric weight", "t.csv:3 ('heavy')")
     path.write_text("head,relation,tail,weight\nA,r,B,2.5\nC,r,D,\n", encoding="utf-8")
     assert read_triples(path).relations["weight"].to_list() == [2.5, 1.0]
+
+
+def test_undirected_reverse_duplicates_merge_into_the_first_orientation(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("head,relation,tail,weight\nB,linked,A,1\nA,linked,B,2\nA,other,B,1\n", encoding="utf-8")
+    kg = assemble_graph(read_triples(path), directed=False)
+    assert kg.relations.select("src", "dst", "keywords", "weight").rows() == [(0, 1, "other", 1.0),
+                                                                              (1, 0, "linked", 3.0)]
+    directed = assemble_graph(read_triples(path), directed=True)
+    assert directed.relations.height == 3

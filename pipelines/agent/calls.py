@@ -82,8 +82,22 @@ class ToolCall(BaseModel):
 _PARSE_FAILURES = (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, OverflowError)
 
 
+def is_valid_unicode(text: str) -> bool:
+    """False for strings with lone surrogates, which cannot be encoded, embedded or sent as JSON."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(text: str) -> str:
+    """``text`` with anything that cannot be encoded as UTF-8 replaced, safe to echo in a message."""
+    return text if is_valid_unicode(text) else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _error(kind: ErrorType, message: str) -> ToolError:
-    return ToolError(type=kind, message=message)
+    return ToolError(type=kind, message=printable(message))
 
 
 def _python_form(text: str) -> tuple[str, list[Any], dict[str, Any]] | ToolError:
@@ -137,19 +151,19 @@ def _json_form(text: str) -> tuple[str, list[Any], dict[str, Any]] | ToolError:
 def bind_call(name: str, positional: list[Any], keywords: dict[str, Any], specs: dict[str, ToolSpec],
               max_argument_chars: int) -> ToolCall | ToolError:
     """Match arguments to a tool's parameters, with the typed error a model can act on."""
-    spec = specs.get(name)
+    spec = specs.get(name) if isinstance(name, str) else None
     if spec is None:
         return _error(ErrorType.INVALID_ACTION,
-                      f'invalid action "{name[:80]}"; valid actions: {", ".join(specs)}')
+                      f'invalid action "{str(name)[:80]}"; valid actions: {", ".join(specs)}')
     names = [p.name for p in spec.params]
     if len(positional) > len(names):
         return _error(ErrorType.WRONG_ARGUMENT_COUNT, f"{name} takes at most {len(names)} argument(s) "
                       f"({', '.join(names)}), got {len(positional) + len(keywords)}")
     bound = dict(zip(names, positional, strict=False))
     for key, value in keywords.items():
-        if key not in names:
+        if not isinstance(key, str) or key not in names:
             return _error(ErrorType.WRONG_ARGUMENT_COUNT,
-                          f"{name} got an unexpected argument '{key[:80]}'; its arguments are: {', '.join(names)}")
+                          f"{name} got an unexpected argument '{str(key)[:80]}'; its arguments are: {', '.join(names)}")
         if key in bound:
             return _error(ErrorType.FORMAT_ERROR, f"{name} got argument '{key}' twice")
         bound[key] = value
@@ -167,6 +181,9 @@ def bind_call(name: str, positional: list[Any], keywords: dict[str, Any], specs:
         if isinstance(value, str) and len(value) > max_argument_chars:
             return _error(ErrorType.INVALID_ARGUMENT, f"{name}: argument '{param.name}' is longer than "
                           f"{max_argument_chars} characters")
+        if isinstance(value, str) and not is_valid_unicode(value):
+            return _error(ErrorType.INVALID_ARGUMENT, f"{name}: argument '{param.name}' is not valid Unicode "
+                          "(it contains a lone surrogate)")
     return ToolCall(name=name, arguments=bound)
 
 

@@ -18,7 +18,7 @@ from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.index import TABLE_NAME, index_dir
 from pipelines.kg.model import normalise_key
 from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import MANIFEST_NAME
+from pipelines.lineage import MANIFEST_NAME, read_manifest
 
 
 def _grouped(keys: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +83,8 @@ class DomainGraph:
             rel_src=src, rel_dst=dst, rel_keywords=keywords, rel_keys=[normalise_key(k) for k in keywords],
             rel_descriptions=[d.replace("\n", " ") for d in relations["description"].to_list()],
             out_ptr=out_ptr, out_idx=out_idx, in_ptr=in_ptr, in_idx=in_idx,
-            vectors=_load_vectors(artifacts, domain, n), signature=signature,
+            vectors=_load_vectors(artifacts, domain, n) if _index_matches_kg(artifacts, domain) else None,
+            signature=signature,
         )
 
     @property
@@ -93,16 +94,20 @@ class DomainGraph:
     def lookup(self, name: str) -> int | None:
         return self.key_to_id.get(normalise_key(name))
 
+    def incident(self, entity: int) -> np.ndarray:
+        """Every relation touching ``entity``, outgoing first; a self-loop once."""
+        out = self.out_idx[self.out_ptr[entity]:self.out_ptr[entity + 1]]
+        incoming = self.incoming_only(entity)
+        return np.concatenate([out, incoming[self.rel_src[incoming] != entity]])
+
     def outgoing(self, entity: int) -> np.ndarray:
         """Relation indices with ``entity`` as head (for an undirected graph: every incident relation)."""
         out = self.out_idx[self.out_ptr[entity]:self.out_ptr[entity + 1]]
-        return out if self.directed else np.concatenate([out, self.incoming_only(entity)])
+        return out if self.directed else self.incident(entity)
 
     def incoming(self, entity: int) -> np.ndarray:
         """Relation indices with ``entity`` as tail (for an undirected graph: every incident relation)."""
-        incoming = self.incoming_only(entity)
-        return incoming if self.directed else np.concatenate([self.out_idx[self.out_ptr[entity]:self.out_ptr[entity + 1]],
-                                                              incoming])
+        return self.incoming_only(entity) if self.directed else self.incident(entity)
 
     def incoming_only(self, entity: int) -> np.ndarray:
         return self.in_idx[self.in_ptr[entity]:self.in_ptr[entity + 1]]
@@ -114,12 +119,21 @@ class DomainGraph:
     def nearest(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Exact top-k entities by cosine similarity (vectors are normalised)."""
         if self.vectors is None:
-            raise ArtifactMissingError(f"entity index of {self.name!r} not built (run `omne kg index`)")
+            raise ArtifactMissingError(f"the entity index of {self.name!r} is missing or older than its KG "
+                                       "(run `omne kg index`)")
         scores = self.vectors @ vector.astype(np.float32)
         k = min(k, scores.size)
         top = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         top = top[np.lexsort((top, -scores[top]))]  # by score, ties by id: deterministic
         return [(int(i), float(scores[i])) for i in top]
+
+
+def _index_matches_kg(artifacts: Path, domain: str) -> bool:
+    """The index was built from exactly the KG files on disk (else its row ids may mean other entities)."""
+    kg_manifest, index_manifest = read_manifest(kg_dir(artifacts, domain)), read_manifest(index_dir(artifacts, domain))
+    if kg_manifest is None or index_manifest is None:
+        return False
+    return sorted(index_manifest.inputs.values()) == sorted(kg_manifest.files.values())
 
 
 def _load_vectors(artifacts: Path, domain: str, n: int) -> np.ndarray | None:

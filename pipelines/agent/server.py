@@ -62,7 +62,8 @@ class EpisodeStore:
 
 
 class BodySizeLimit:
-    """ASGI middleware: refuse request bodies larger than ``max_bytes`` (declared or streamed)."""
+    """ASGI middleware: refuse request bodies larger than ``max_bytes`` with 413, whether the size is
+    declared (Content-Length) or only known while streaming (chunked): the body is read first."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -75,28 +76,25 @@ class BodySizeLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._too_large(scope, receive, send)
             return
-        received = 0
-
-        async def limited_receive() -> dict:
-            nonlocal received
+        messages, size = [], 0
+        while True:
             message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
-                raise _TooLarge
-            return message
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._too_large(scope, receive, send)
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
 
     async def _too_large(self, scope: dict, receive: Any, send: Any) -> None:
         response = JSONResponse({"detail": f"request body larger than {self.max_bytes} bytes"}, status_code=413)
         await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: int = 2_000_000) -> FastAPI:
@@ -115,7 +113,8 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "domains": toolbox.domain_names}
+        """Liveness, the domains that can answer now (built), and every registered one."""
+        return {"status": "ok", "domains": toolbox.built_domains(), "registered": toolbox.domain_names}
 
     @app.get("/v1/domains", dependencies=[Depends(authorised)])
     def domains() -> list[dict[str, Any]]:

@@ -12,7 +12,6 @@ Tools without a ``graph_type`` argument act on the episode's graph (given with t
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -24,13 +23,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from pipelines.agent.calls import ErrorType, Param, ToolCall, ToolError, ToolSpec, parse_call
+from pipelines.agent.calls import ErrorType, Param, ToolCall, ToolError, ToolSpec, bind_call, parse_call
 from pipelines.agent.kg_view import DomainGraph, manifest_signature
 from pipelines.config import Params
 from pipelines.domains import RegistryError, load_registry
 from pipelines.kg.embed import Encoder
 from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.model import normalise_key
+from pipelines.kg.store import kg_dir
+from pipelines.lineage import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +136,20 @@ class KGToolbox:
     def _embed(self, text: str) -> np.ndarray:
         return self.encoder.encode([text])[0]
 
-    def load_all(self) -> None:
+    def built_domains(self) -> list[str]:
+        return [name for name in self.domain_names
+                if (kg_dir(self.params.artifacts_dir, name) / MANIFEST_NAME).is_file()]
+
+    def load_all(self) -> list[str]:
+        """Load every built domain now (the others load when first called, once built); return the loaded."""
+        loaded = []
         for name in self.domain_names:
-            self.graph(name)
+            try:
+                self.graph(name)
+                loaded.append(name)
+            except ArtifactMissingError as exc:
+                log.warning("not loading %s: %s", name, exc)
+        return loaded
 
     def graph(self, name: str) -> DomainGraph:
         """The domain's view, loaded on first use and reloaded when a manifest changed on disk."""
@@ -156,22 +168,28 @@ class KGToolbox:
             return graph
 
     # ----- entry points --------------------------------------------------------------------------------
-    def call(self, call: str | dict | ToolCall, *, graph_type: str | None = None,
+    def call(self, call: object, *, graph_type: str | None = None,
              episode: EpisodeState | None = None) -> ToolResult:
-        """Parse (when text) and execute one call; never raises."""
+        """Parse/validate and execute one call (text, JSON-like dict or ToolCall); never raises."""
+        parsed = self.parse(call)
+        if isinstance(parsed, ToolError):
+            return ToolResult(name="", arguments={}, ok=False, error_type=parsed.type, content=parsed.render(),
+                              graph_type=graph_type)
+        return self.execute(parsed, graph_type=graph_type, episode=episode)
+
+    def parse(self, call: object) -> ToolCall | ToolError:
+        """Any form of call, checked against the tool specs exactly as a written call is."""
+        limits = {"max_argument_chars": self.tool_params.max_argument_chars}
+        if isinstance(call, ToolCall):
+            return bind_call(call.name, [], dict(call.arguments), self.specs, **limits)
         if isinstance(call, dict):
-            try:
-                call = json.dumps({"name": call.get("name"), "arguments": call.get("arguments", {})})
-            except (TypeError, ValueError):
-                call = ""
+            arguments = call.get("arguments", {})
+            if not isinstance(arguments, dict):
+                return ToolError(type=ErrorType.FORMAT_ERROR, message="'arguments' must be an object")
+            return bind_call(call.get("name"), [], arguments, self.specs, **limits)
         if isinstance(call, str):
-            parsed = parse_call(call, self.specs, max_call_chars=self.tool_params.max_call_chars,
-                                max_argument_chars=self.tool_params.max_argument_chars)
-            if isinstance(parsed, ToolError):
-                return ToolResult(name="", arguments={}, ok=False, error_type=parsed.type, content=parsed.render(),
-                                  graph_type=graph_type)
-            call = parsed
-        return self.execute(call, graph_type=graph_type, episode=episode)
+            return parse_call(call, self.specs, max_call_chars=self.tool_params.max_call_chars, **limits)
+        return ToolError(type=ErrorType.FORMAT_ERROR, message="the tool call must be text or a JSON object")
 
     def execute(self, call: ToolCall, *, graph_type: str | None = None,
                 episode: EpisodeState | None = None) -> ToolResult:
@@ -199,14 +217,17 @@ class KGToolbox:
             graph = self.graph(target)
         except (ArtifactMissingError, RegistryError) as exc:
             return _error(ErrorType.SERVER_ERROR, f'graph "{target}" is not available: {exc}')
-        return self._handlers[call.name](graph, call.arguments, episode)
+        try:
+            return self._handlers[call.name](graph, call.arguments, episode)
+        except ArtifactMissingError as exc:  # e.g. the index is older than the KG: say so, do not guess
+            return _error(ErrorType.SERVER_ERROR, str(exc))
 
     # ----- shared look-ups -----------------------------------------------------------------------------
     def _resolve(self, graph: DomainGraph, name: str, *, fuzzy: bool) -> int | None:
         """Exact normalised-key match; with ``fuzzy``, else the nearest name in the entity index."""
         found = graph.lookup(name)
         if found is not None or not fuzzy or graph.vectors is None or not name.strip():
-            return found
+            return found  # a stale or missing index gives no fallback
         best, score = graph.nearest(self._embed(name), 1)[0]
         return best if score >= self.tool_params.fuzzy_min_score else None
 
@@ -230,7 +251,7 @@ class KGToolbox:
         entity = self._resolve(graph, name, fuzzy=True)
         if entity is None:
             return self._not_found(name)
-        relations = [*graph.out_idx[graph.out_ptr[entity]:graph.out_ptr[entity + 1]], *graph.incoming_only(entity)]
+        relations = list(graph.incident(entity))
         lines = []
         if graph.lookup(name) is None:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
@@ -299,8 +320,7 @@ class KGToolbox:
     # ----- KG-Reasoner / KG-Hopper search ---------------------------------------------------------------
     def _relevant_triples(self, graph: DomainGraph, entity: int, question: str) -> list[int]:
         """Stage 1: the entity's predicates, ranked by similarity to the question; stage 2: their triples."""
-        incident = np.concatenate([graph.out_idx[graph.out_ptr[entity]:graph.out_ptr[entity + 1]],
-                                   graph.incoming_only(entity)])
+        incident = graph.incident(entity)
         labels = sorted({graph.rel_keywords[r] for r in incident})
         if not labels:
             return []

@@ -116,11 +116,14 @@ def assemble_graph(raw: RawGraph, *, directed: bool) -> KnowledgeGraph:
         .join(ids.rename({"key": "hkey", "id": "src"}), on="hkey", how="left")
         .join(ids.rename({"key": "tkey", "id": "dst"}), on="tkey", how="left")
     )
-    if not directed:  # an undirected edge is stored once, smaller id first
-        relations = relations.with_columns(src=pl.min_horizontal("src", "dst"), dst=pl.max_horizontal("src", "dst"))
+    # an undirected edge is stored once, in the orientation it was first written
+    pair = (pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst")) if not directed else \
+        (pl.col("src"), pl.col("dst"))
     relations = (
-        relations.group_by("src", "dst", "keywords", maintain_order=True)
-        .agg(description=pl.col("description").filter(pl.col("description") != "").unique(maintain_order=True),
+        relations.with_columns(lo=pair[0], hi=pair[1])
+        .group_by("lo", "hi", "keywords", maintain_order=True)
+        .agg(src=pl.col("src").first(), dst=pl.col("dst").first(),
+             description=pl.col("description").filter(pl.col("description") != "").unique(maintain_order=True),
              weight=pl.col("weight").sum())
         .with_columns(description=pl.col("description").list.join("\n"))
         .sort("src", "dst", "keywords")

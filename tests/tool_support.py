@@ -1,0 +1,77 @@
+"""Helpers shared by the KG tool tests: a built solar project, free ports, an in-thread uvicorn server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from pipelines.config import Params, load_params
+from pipelines.domains import load_registry
+from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from tests.conftest import make_project
+
+
+def build_solar_project(root: Path, profile: str | None = None) -> Params:
+    """A throw-away project with the solar domain's KG and entity index built."""
+    make_project(root)
+    params = load_params(root / "params.yaml", profile)
+    build_knowledge_graph(load_registry(params.registry_path).get("solar"), params)
+    build_entity_index("solar", params)
+    return params
+
+
+def with_tools(params: Params, **changes: Any) -> Params:
+    """``params`` with some ToolParams changed (the sections are frozen: copy, never mutate)."""
+    return params.model_copy(update={"tools": params.tools.model_copy(update=changes)})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_health(url: str, timeout: float = 60.0, process: subprocess.Popen | None = None,
+                    headers: dict[str, str] | None = None) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"server exited with {process.returncode}:\n{out}\n{err}")
+        try:
+            response = httpx.get(f"{url}/health", headers=headers, timeout=2.0)
+            if response.status_code == 200:
+                return response
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise AssertionError(f"{url}/health did not answer within {timeout}s: {last}")
+
+
+class ServerThread:
+    """uvicorn serving ``app`` on 127.0.0.1:<free port> in a background thread (a context manager)."""
+
+    def __init__(self, app: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        wait_for_health(self.url)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "uvicorn thread did not stop"
