@@ -29,7 +29,9 @@ test: setup
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup
+	$(BIN)/omne run
 	$(BIN)/python bench/kg_build.py
+	$(BIN)/python bench/tools.py
 
 dagster: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000
