@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,30 @@ def cli_env(**extra: str) -> dict[str, str]:
     """Environment for subprocesses: the venv's scripts first on PATH, offline model loading."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMNE_PARAMS", "OMNE_PROFILE")}
     return {**env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
+
+
+@pytest.fixture(scope="module")
+def solar(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    """A solar project with its KG and index built, shared by the tests of one module."""
+    from tests.tool_support import build_solar_project
+
+    return build_solar_project(tmp_path_factory.mktemp("solar") / "project")
+
+
+@pytest.fixture(scope="module")
+def toolbox(solar: Params):  # noqa: ANN201 - imported lazily: most test modules do not need the tools
+    from pipelines.agent.tools import KGToolbox
+
+    box = KGToolbox(solar)
+    box.load_all()
+    return box
+
+
+@pytest.fixture(scope="module")
+def server(toolbox) -> Iterator[str]:  # noqa: ANN001
+    """The real tool server on 127.0.0.1 (uvicorn in a thread), its base URL."""
+    from pipelines.agent.server import create_app
+    from tests.tool_support import ServerThread
+
+    with ServerThread(create_app(toolbox)) as running:
+        yield running.url

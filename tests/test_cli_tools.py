@@ -17,31 +17,13 @@ from pipelines.agent.tools import TOOL_SPECS, KGToolbox
 from pipelines.config import Params
 from tests.conftest import cli_env
 from tests.test_tools import JUPITER
-from tests.tool_support import ServerThread, build_solar_project, free_port, wait_for_health
+from tests.tool_support import ServerThread, free_port, wait_for_health
 
 TOKEN = "cli-token"
 
 
 def omne(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["omne", *args], cwd=cwd, env=cli_env(**env), capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def solar(tmp_path_factory: pytest.TempPathFactory) -> Params:
-    return build_solar_project(tmp_path_factory.mktemp("cli-tools") / "project")
-
-
-@pytest.fixture(scope="module")
-def toolbox(solar: Params) -> KGToolbox:
-    box = KGToolbox(solar)
-    box.load_all()
-    return box
-
-
-@pytest.fixture(scope="module")
-def server(toolbox: KGToolbox) -> Iterator[str]:
-    with ServerThread(create_app(toolbox)) as running:
-        yield running.url
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,7 @@ def test_resolve_params_validates_merged_values() -> None:
 
 
 def test_relative_paths_resolve_against_the_params_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = params_copy(tmp_path, lambda raw: raw["paths"].update(artifacts="out/artifacts"))
+    params_copy(tmp_path, lambda raw: raw["paths"].update(artifacts="out/artifacts"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -21,7 +21,7 @@ from pipelines.agent.tools import TOOL_SPECS, KGToolbox, ToolResult
 from pipelines.cli import cli
 from pipelines.config import Params
 from tests.conftest import cli_env
-from tests.tool_support import ServerThread, build_solar_project, free_port, wait_for_health
+from tests.tool_support import ServerThread, free_port, wait_for_health
 
 TOKEN = "s3cret-token"
 
@@ -45,24 +45,6 @@ CALLS: list[str | dict] = [
     {"name": "node_info", "arguments": '{"node_name": "Pisa", "graph_type": "solar"}'},
     {"name": "nope"},
 ]
-
-
-@pytest.fixture(scope="module")
-def solar(tmp_path_factory: pytest.TempPathFactory) -> Params:
-    return build_solar_project(tmp_path_factory.mktemp("server") / "project")
-
-
-@pytest.fixture(scope="module")
-def toolbox(solar: Params) -> KGToolbox:
-    box = KGToolbox(solar)
-    box.load_all()
-    return box
-
-
-@pytest.fixture(scope="module")
-def server(toolbox: KGToolbox) -> Iterator[str]:
-    with ServerThread(create_app(toolbox)) as running:
-        yield running.url
 
 
 @pytest.fixture(scope="module")

@@ -61,18 +61,6 @@ SUN_RELATIONS = [
 MATCH_LINE = re.compile(r"^(\d+)\. Entity: (.+?) Description: (.+)$")
 
 
-@pytest.fixture(scope="module")
-def solar(tmp_path_factory: pytest.TempPathFactory) -> Params:
-    return build_solar_project(tmp_path_factory.mktemp("tools") / "project")
-
-
-@pytest.fixture(scope="module")
-def toolbox(solar: Params) -> KGToolbox:
-    box = KGToolbox(solar)
-    box.load_all()
-    return box
-
-
 def variant(toolbox: KGToolbox, **changes: object) -> KGToolbox:
     """A toolbox over the same artifacts with other ToolParams (shares the loaded encoder)."""
     return KGToolbox(with_tools(toolbox.params, **changes), encoder=toolbox.encoder)
