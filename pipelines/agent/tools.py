@@ -129,7 +129,7 @@ class KGToolbox:
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:
-            self._encoder = Encoder(self.params.index, cache_dir=self.params.artifacts_dir / "cache" / "embeddings")
+            self._encoder = Encoder(self.params.index)  # queries are cached in memory (_embed), not on disk
         return self._encoder
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one toolbox per process; queries repeat a lot in RL
