@@ -12,7 +12,6 @@ from pathlib import Path
 
 import diskcache
 import numpy as np
-from tqdm.auto import tqdm
 
 from pipelines.config import IndexParams
 
@@ -83,17 +82,14 @@ class Encoder:
             for i, text in enumerate(texts):
                 vectors[i] = self.cache.get(self._key(text))
         missing = [i for i, v in enumerate(vectors) if v is None]
-        if missing:
-            bs = self.params.batch_size
-            for start in tqdm(range(0, len(missing), bs), desc="embedding", unit="batch",
-                              disable=not progress or len(missing) <= bs):
-                chunk = missing[start:start + bs]
-                encoded = self.model.encode([texts[i] for i in chunk], batch_size=bs,
-                                            normalize_embeddings=True, convert_to_numpy=True)
-                for i, vector in zip(chunk, encoded, strict=True):
-                    vectors[i] = vector.astype(np.float32)
-                    if self.cache is not None:
-                        self.cache.set(self._key(texts[i]), vectors[i])
+        if missing:  # one call: sentence-transformers sorts by length, so batches carry little padding
+            encoded = self.model.encode([texts[i] for i in missing], batch_size=self.params.batch_size,
+                                        normalize_embeddings=True, convert_to_numpy=True,
+                                        show_progress_bar=progress and len(missing) > self.params.batch_size)
+            for i, vector in zip(missing, encoded, strict=True):
+                vectors[i] = vector.astype(np.float32)
+                if self.cache is not None:
+                    self.cache.set(self._key(texts[i]), vectors[i])
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack(vectors).astype(np.float32)

@@ -21,7 +21,8 @@ from pipelines.kg.embed import Encoder
 from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.model import KnowledgeGraph
 
-os.environ.setdefault("LANCE_LOG", "error")  # lance logs a warning for every new table otherwise
+os.environ.setdefault("LANCEDB_LOG", "error")  # lancedb logs a warning for every new table otherwise
+os.environ.setdefault("LANCE_LOG", "error")
 
 TABLE_NAME = "entities"
 

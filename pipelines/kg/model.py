@@ -73,7 +73,11 @@ class KnowledgeGraph:
 
 
 def _keys(names: pl.Series) -> pl.Series:
-    return pl.Series("key", [normalise_key(n) for n in names.to_list()], dtype=pl.String)
+    """Normalised keys of a name column, computing each distinct name once (names repeat a lot)."""
+    distinct = names.unique()
+    table = pl.DataFrame({"name": distinct, "key": [normalise_key(n) for n in distinct.to_list()]},
+                         schema={"name": pl.String, "key": pl.String})
+    return names.to_frame("name").join(table, on="name", how="left", maintain_order="left")["key"]
 
 
 def assemble_graph(raw: RawGraph, *, directed: bool) -> KnowledgeGraph:
