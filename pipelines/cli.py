@@ -241,9 +241,16 @@ def tools_call(ctx: click.Context, call_text: str, graph_type: str | None, serve
 def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, names: tuple[str, ...],
                 max_body_bytes: int) -> None:
     """Serve the tools over HTTP (FastAPI): POST /v1/tools/call and /v1/tools/batch, GET /health, /docs."""
+    import torch
     import uvicorn
+    from threadpoolctl import threadpool_limits
 
     from pipelines.agent.server import create_app
+
+    # one thread each for query encoding (torch) and vector search (BLAS): with more, the two pools
+    # busy-wait against each other on a small machine and a cold entity_matcher gets ~10x slower
+    torch.set_num_threads(1)
+    threadpool_limits(1)
     from pipelines.agent.tools import KGToolbox
 
     toolbox = KGToolbox(_params(ctx), list(names) or None)

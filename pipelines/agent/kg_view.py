@@ -51,6 +51,7 @@ class DomainGraph:
     rel_dst: np.ndarray
     rel_keywords: list[str]
     rel_keys: list[str]
+    relation_key_set: frozenset[str]
     rel_descriptions: list[str]
     out_ptr: np.ndarray
     out_idx: np.ndarray
@@ -80,7 +81,8 @@ class DomainGraph:
             name=domain, directed=kg.directed, names=names, types=entities["type"].to_list(),
             descriptions=[d.replace("\n", " ") for d in entities["description"].to_list()],
             key_to_id=dict(zip(entities["key"].to_list(), range(n), strict=True)),
-            rel_src=src, rel_dst=dst, rel_keywords=keywords, rel_keys=[normalise_key(k) for k in keywords],
+            rel_src=src, rel_dst=dst, rel_keywords=keywords, rel_keys=(rel_keys := [normalise_key(k) for k in keywords]),
+            relation_key_set=frozenset(rel_keys),
             rel_descriptions=[d.replace("\n", " ") for d in relations["description"].to_list()],
             out_ptr=out_ptr, out_idx=out_idx, in_ptr=in_ptr, in_idx=in_idx,
             vectors=_load_vectors(artifacts, domain, n) if _index_matches_kg(artifacts, domain) else None,

@@ -303,7 +303,7 @@ class KGToolbox:
         candidates = graph.outgoing(entity) if side == "Tail" else graph.incoming(entity)
         matching = [r for r in candidates if graph.rel_keys[r] == key]
         if not matching:
-            if not any(k == key for k in graph.rel_keys):
+            if key not in graph.relation_key_set:
                 return _error(ErrorType.RELATION_NOT_FOUND, f'Relation "{_clip(relation.strip(), 120)}" not found in KG')
             return _error(ErrorType.NO_RESULTS, f'No {side.lower()} entities found for entity "{graph.names[entity]}" '
                           f'with relation "{_clip(relation.strip(), 120)}"')
