@@ -14,9 +14,10 @@ import httpx
 from pipelines.config import ConfigError, Params, load_params
 from pipelines.domains import Domain, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
 from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+from pipelines.llm.base import LLMError
 
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir"}
-USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, httpx.HTTPError)
+USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, LLMError, httpx.HTTPError)
 
 
 class OmneGroup(click.Group):
@@ -261,17 +262,155 @@ def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, nam
                 log_level="warning")
 
 
+@cli.group()
+def qa() -> None:
+    """Synthesise multi-hop QA pairs: seed subgraphs, generation with validation, gold paths, dataset."""
+
+
+@qa.command("seeds")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--force", is_flag=True, help="Resample even when the KG and params are unchanged.")
+@click.pass_context
+def qa_seeds(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
+    """Sample seed entities whose depth-3 subgraph has 20-400 nodes (params: seeds, qa.seeds_per_domain)."""
+    from pipelines.qa.build import build_seed_subgraphs
+
+    params = _params(ctx)
+    for domain in _selected(params, names):
+        result = build_seed_subgraphs(domain.name, params, force=force)
+        meta = result.manifest.metadata
+        click.echo(f"{domain.name}: {'up to date' if result.skipped else 'built'}: {result.manifest.rows['seeds']} "
+                   f"seed subgraphs, {meta['size_min']}-{meta['size_max']} nodes -> {result.folder}")
+
+
+@qa.command("generate")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--generator", type=click.Choice(["template", "llm"]),
+              help="template: offline, deterministic; llm: the seed paper's prompts (default: qa.generator).")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N pairs per bucket (1/2-hop, 3+) per domain.")
+@click.option("--force", is_flag=True, help="Regenerate even when inputs and params are unchanged.")
+@click.pass_context
+def qa_generate(ctx: click.Context, names: tuple[str, ...], generator: str | None, limit: int | None,
+                force: bool) -> None:
+    """Generate validated QA pairs per domain into artifacts/qa/pairs/<domain>/ (seeds first if needed).
+
+    With --generator llm the OpenAI-compatible endpoint of params.yaml (llm:) is called; replies are
+    cached under artifacts/cache/llm, so an interrupted run resumes without paying twice.
+    """
+    from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs
+
+    params = _params(ctx)
+    for domain in _selected(params, names):
+        build_seed_subgraphs(domain.name, params)
+        result = build_qa_pairs(domain.name, params, generator=generator, limit=limit, force=force)
+        stats, usage = result.manifest.metadata["stats"], result.manifest.metadata.get("llm_usage") or {}
+        cost = (f", {usage.get('requests', 0)} LLM requests ({usage.get('cached', 0)} cached), "
+                f"{usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens, "
+                f"${usage.get('cost_usd', 0.0):.4f}") if usage else ""
+        click.echo(f"{domain.name}: {'up to date' if result.skipped else 'generated'}: {stats['pairs_1_2']} 1/2-hop + "
+                   f"{stats['pairs_3_plus']} 3+ pairs, acceptance {stats['acceptance_rate']:.0%}{cost} "
+                   f"-> {result.folder}")
+
+
+@qa.command("gold")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--force", is_flag=True, help="Recompute even when inputs and params are unchanged.")
+@click.pass_context
+def qa_gold(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
+    """Find every simple start->answer path of each QA pair and verify it (rules or LLM: qa.gold_verify)."""
+    from pipelines.qa.build import build_gold_paths
+
+    params = _params(ctx)
+    for domain in _selected(params, names):
+        result = build_gold_paths(domain.name, params, force=force)
+        rows = result.manifest.rows
+        click.echo(f"{domain.name}: {'up to date' if result.skipped else 'built'}: {rows['valid_paths']} valid of "
+                   f"{rows['paths']} paths for {rows['qa_pairs']} pairs -> {result.folder}")
+
+
+@qa.command("build")
+@click.option("--force", is_flag=True, help="Rebuild even when inputs and params are unchanged.")
+@click.option("--no-checks", is_flag=True, help="Skip the Great Expectations suite and the split-leakage check.")
+@click.pass_context
+def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
+    """Merge the domains' QA pairs (gold paths first if needed), dedupe, split, check: artifacts/qa/dataset/."""
+    from pipelines.qa.build import build_gold_paths, build_qa_dataset, read_qa_dataset
+    from pipelines.qa.expectations import validate_qa_table
+
+    params = _params(ctx)
+    registry = load_registry(params.registry_path)
+    from pipelines.lineage import read_manifest
+    from pipelines.qa.build import qa_dir
+
+    with_pairs = [d for d in registry.names if read_manifest(qa_dir(params.artifacts_dir, "pairs", d))]
+    for domain in with_pairs:
+        build_gold_paths(domain, params)
+    result = build_qa_dataset(params, with_pairs, force=force)
+    _print_qa_stats(result.stats)
+    click.echo(f"{'up to date' if result.skipped else 'built'}: {result.manifest.rows['pairs']} pairs -> {result.folder}")
+    if no_checks:
+        return
+    table = read_qa_dataset(params)
+    outcomes = validate_qa_table(table, params.qa.max_hops, strict_path=params.qa.strict_path)
+    for outcome in outcomes:
+        click.echo(f"check {outcome.spec.name}: {'passed' if outcome.passed else 'FAILED'}")
+        if not outcome.passed:
+            click.echo(json.dumps(outcome.metadata, indent=2, default=str))
+    if not all(o.passed for o in outcomes):
+        sys.exit(1)
+
+
+def _print_qa_stats(stats: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="omne QA dataset")
+    for column in ("domain", "1/2-hop", "3+", "total", "train", "val", "test", "hops 1/2/3/4+", "words/q"):
+        table.add_column(column, justify="left" if column == "domain" else "right")
+    for domain, row in stats.get("domains", {}).items():
+        splits = {s: sum(n for k, n in row["splits"].items() if k.startswith(f"{s}/")) for s in ("train", "val", "test")}
+        hops = row["hops"]
+        hop_text = "/".join(str(hops.get(str(h), 0)) for h in (1, 2, 3)) + \
+            f"/{sum(n for h, n in hops.items() if int(h) >= 4)}"
+        table.add_row(domain, f"{row['1-2']:,}", f"{row['3+']:,}", f"{row['total']:,}", f"{splits['train']:,}",
+                      f"{splits['val']:,}", f"{splits['test']:,}", hop_text, f"{row['mean_question_words']:.1f}")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@qa.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.pass_context
+def qa_stats(ctx: click.Context, as_json: bool) -> None:
+    """Per-domain statistics of the built QA dataset (like the seed paper's Table 1)."""
+    from pipelines.lineage import read_manifest
+    from pipelines.qa.build import qa_dir
+
+    params = _params(ctx)
+    manifest = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
+    if manifest is None:
+        raise ArtifactMissingError("the QA dataset is not built yet (run `omne qa build`)")
+    stats = manifest.metadata["stats"]
+    if as_json:
+        click.echo(json.dumps(stats, indent=2))
+    else:
+        _print_qa_stats(stats)
+
+
 @cli.command()
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")
 @click.pass_context
 def run(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
-    """The main job: build every domain's KG and entity index, then print a per-domain table."""
-    from pipelines.run import print_domain_table, run_main_job
+    """The main job: every domain's KG, entity index, seed subgraphs, QA pairs and gold paths, then the
+    merged QA dataset; prints a table per stage."""
+    from pipelines.run import print_domain_table, run_main_job, run_qa_dataset
 
     params = _params(ctx)
-    rows = run_main_job(params, _selected(params, names), force=force)
+    domains = _selected(params, names)
+    rows = run_main_job(params, domains, force=force)
     print_domain_table(rows)
+    dataset = run_qa_dataset(params, domains, force=force)
+    _print_qa_stats(dataset.stats)
 
 
 def main() -> None:

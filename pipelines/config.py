@@ -60,6 +60,47 @@ class ToolParams(_Section):
     max_call_chars: int = Field(4000, ge=1)
 
 
+class LLMParams(_Section):
+    """The LLM used for QA generation, judging and text->KG extraction (never needed by `make run`)."""
+
+    backend: Literal["openai", "transformers"] = "openai"
+    base_url: str = "http://127.0.0.1:8000/v1"  # any OpenAI-compatible endpoint, e.g. `vllm serve`; env OMNE_LLM_BASE_URL
+    model: str = ""  # model name at the endpoint, or for transformers a local HF folder / "smollm2"; env OMNE_LLM_MODEL
+    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable that holds the key (never the key)
+    concurrency: int = Field(8, ge=1)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0)  # on timeouts, 429 and 5xx, with exponential backoff
+    json_repair_rounds: int = Field(1, ge=0)  # a reply that is not the JSON asked for is sent back this often
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(1024, ge=1)
+    price_prompt_per_1k: float = Field(0.0, ge=0.0)  # USD per 1,000 prompt tokens, for the cost count
+    price_completion_per_1k: float = Field(0.0, ge=0.0)
+    cache: bool = True  # disk cache under artifacts/cache/llm keyed by (model, messages, parameters)
+    batch_size: int = Field(8, ge=1)  # transformers backend: prompts generated together (left-padded)
+    device: Literal["cpu", "cuda", "auto"] = "auto"  # transformers backend
+
+
+class QAParams(_Section):
+    """QA synthesis: how many seeds and questions, the generator, validation and splits."""
+
+    generator: Literal["template", "llm"] = "template"
+    random_seed: int = 0  # seed sampling, template paths and splits are deterministic given this
+    seeds_per_domain: int = Field(300, ge=1)  # seed subgraphs sampled per domain (from the eligible ones)
+    one_two_hop_per_domain: int = Field(150, ge=0)  # target QA pairs of the 1/2-hop bucket per domain
+    three_plus_per_domain: int = Field(150, ge=0)  # target QA pairs of the 3+ bucket per domain
+    max_hops: int = Field(4, ge=3)  # longest path of a 3+ question (hops = path nodes - 1)
+    max_retries: int = Field(3, ge=0)  # regeneration rounds after a failed validation (the paper's retry block)
+    strict_path: bool = True  # also require path[0] == seed and answer == path[-1] (the paper: answer on path)
+    show_descriptions: bool = False  # entity descriptions in the generation prompt's subgraph
+    max_prompt_relations: int = Field(150, ge=1)  # subgraph lines shown to the generator at most
+    judge: bool = True  # LLM judge of the paper's three criteria after the rule checks (llm generator only)
+    gold_max_hops: int = Field(4, ge=1)  # gold paths: simple start->answer paths up to this many hops
+    gold_max_paths: int = Field(50, ge=1)  # ... at most this many per QA pair
+    gold_verify: Literal["rules", "llm"] = "rules"
+    test_share: float = Field(0.1, ge=0.0, lt=1.0)  # split shares by stable hash of the question id
+    val_share: float = Field(0.1, ge=0.0, lt=1.0)
+
+
 class CheckParams(_Section):
     min_description_share: float = Field(0.5, ge=0.0, le=1.0)
     max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
@@ -74,6 +115,8 @@ class Params(_Section):
     seeds: SeedParams = SeedParams()
     tools: ToolParams = ToolParams()
     checks: CheckParams = CheckParams()
+    llm: LLMParams = LLMParams()
+    qa: QAParams = QAParams()
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
     @property

@@ -1,4 +1,5 @@
-"""The main job of `make run`: every domain's KG and entity index, then a per-domain summary table."""
+"""The main job of `make run`: every domain's KG, entity index and QA pairs (template generator unless
+params say otherwise), the merged QA dataset, then per-domain summary tables."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pipelines.config import Params
 from pipelines.domains import Domain
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.graph import GraphStats
+from pipelines.qa.build import DatasetResult, build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
 
 
 class DomainRow(BaseModel):
@@ -22,6 +24,7 @@ class DomainRow(BaseModel):
     recall_at_1: float
     kg_state: str
     index_state: str
+    qa_state: str = ""
     seconds: float
 
 
@@ -31,15 +34,24 @@ def run_main_job(params: Params, domains: list[Domain], *, force: bool = False) 
         start = time.perf_counter()
         kg = build_knowledge_graph(domain, params, force=force)
         index = build_entity_index(domain.name, params, force=force)
+        seeds = build_seed_subgraphs(domain.name, params, force=force)
+        pairs = build_qa_pairs(domain.name, params, force=force)
+        gold = build_gold_paths(domain.name, params, force=force)
+        qa_state = "cached" if seeds.skipped and pairs.skipped and gold.skipped else "built"
         rows.append(DomainRow(
             domain=domain.name,
             stats=GraphStats.model_validate(kg.manifest.metadata["stats"]),
             recall_at_1=index.manifest.metadata["self_retrieval"]["recall_at_1"],
             kg_state="cached" if kg.skipped else "built",
             index_state="cached" if index.skipped else "built",
+            qa_state=qa_state,
             seconds=round(time.perf_counter() - start, 2),
         ))
     return rows
+
+
+def run_qa_dataset(params: Params, domains: list[Domain], *, force: bool = False) -> DatasetResult:
+    return build_qa_dataset(params, [d.name for d in domains], force=force)
 
 
 def print_domain_table(rows: list[DomainRow], console: Console | None = None) -> None:
@@ -49,12 +61,12 @@ def print_domain_table(rows: list[DomainRow], console: Console | None = None) ->
     table = Table(title="omne knowledge graphs")
     for column in ("domain", "entities", "relations", "components", "largest comp.", "mean degree",
                    f"seeds d{stats.seed_depth} {stats.seed_min_nodes}-{stats.seed_max_nodes}",
-                   "described", "index R@1", "kg / index", "s"):
+                   "described", "index R@1", "kg / index / qa", "s"):
         table.add_column(column, justify="left" if column == "domain" else "right")
     for row in rows:
         s = row.stats
         table.add_row(row.domain, f"{s.entities:,}", f"{s.relations:,}", f"{s.components:,}",
                       f"{s.largest_component:,}", f"{s.mean_degree:.2f}", f"{s.eligible_seeds:,}",
-                      f"{s.described_share:.0%}", f"{row.recall_at_1:.3f}", f"{row.kg_state} / {row.index_state}",
+                      f"{s.described_share:.0%}", f"{row.recall_at_1:.3f}", f"{row.kg_state} / {row.index_state} / {row.qa_state}",
                       f"{row.seconds:.1f}")
     (console or Console(width=None if sys.stdout.isatty() else 160)).print(table)

@@ -1,5 +1,6 @@
 """Run in a subprocess by tests/test_dagster.py (the code location reads OMNE_PARAMS when it loads):
-materialize the KG assets of one partition with Dagster's in-process API and print what happened."""
+materialize the KG assets (or with "qa" as third argument the KG and QA assets, then the unpartitioned
+qa_dataset) of one partition with Dagster's in-process API and print what happened."""
 
 from __future__ import annotations
 
@@ -13,21 +14,44 @@ from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
 
 
-def main(partition: str, profile: str) -> None:
-    result = dg.materialize(
-        [knowledge_graph, entity_index], partition_key=partition, resources={"omne": OmneResource()},
-        run_config={"resources": {"omne": {"config": {"profile": profile}}}} if profile else None,
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-    )
+def _summary(results: list[dg.ExecuteInProcessResult], nodes: list[str]) -> dict:
     checks = {f"{e.asset_key.to_user_string()}.{e.check_name}": {"passed": e.passed, "severity": e.severity.value,
                                                                  "metadata": {k: v.value for k, v in e.metadata.items()}}
-              for e in result.get_asset_check_evaluations()}
+              for result in results for e in result.get_asset_check_evaluations()}
     metadata = {node: {k: v.value for k, v in m.metadata.items() if k != "manifest"}
-                for node in ("knowledge_graph", "entity_index")
-                for m in result.asset_materializations_for_node(node)}
-    print(json.dumps({"success": result.success, "partitions": domain_partitions.get_partition_keys(),
-                      "checks": checks, "metadata": metadata}, default=str))
+                for result in results for node in nodes for m in _materializations(result, node)}
+    failures = [e.event_specific_data.error.to_string()[-1500:] for r in results for e in r.all_events
+                if e.is_step_failure]
+    return {"success": all(r.success for r in results), "failures": failures,
+            "partitions": domain_partitions.get_partition_keys(),
+            "checks": checks, "metadata": metadata}
+
+
+def _materializations(result: dg.ExecuteInProcessResult, node: str) -> list:
+    try:
+        return result.asset_materializations_for_node(node)
+    except dg.DagsterInvariantViolationError:
+        return []
+
+
+def main(partition: str, profile: str, stage: str = "kg") -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    config = {"resources": {"omne": {"config": {"profile": profile}}}} if profile else None
+    resources = {"omne": OmneResource()}
+    assets = [knowledge_graph, entity_index]
+    if stage == "qa":  # the QA assets do not need the entity index
+        from dagster_project.defs.qa import gold_paths, qa_pairs, seed_subgraphs
+        assets = [knowledge_graph, seed_subgraphs, qa_pairs, gold_paths]
+    results = [dg.materialize(assets, partition_key=partition, resources=resources, run_config=config,
+                              instance=instance, raise_on_error=False)]
+    nodes = [a.key.to_user_string() for a in assets]
+    if stage == "qa":
+        from dagster_project.defs.qa import qa_dataset
+        results.append(dg.materialize([qa_dataset], resources=resources, run_config=config, instance=instance,
+                                      raise_on_error=False))
+        nodes.append("qa_dataset")
+    print(json.dumps(_summary(results, nodes), default=str))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "", sys.argv[3] if len(sys.argv) > 3 else "kg")

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import networkx as nx
 
-from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env
+from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env, make_project
 
 SCRIPT = Path(__file__).with_name("dagster_materialize.py")
 
 
-def materialize(project: Path, partition: str, profile: str = "") -> dict:
+def materialize(project: Path, partition: str, profile: str = "", stage: str = "kg") -> dict:
     env = cli_env(OMNE_PARAMS=str(project / "params.yaml"), DAGSTER_HOME=str(project / ".dagster_home"),
                   PYTHONPATH=str(PROJECT_ROOT))
     (project / ".dagster_home").mkdir(exist_ok=True)
-    result = subprocess.run([sys.executable, str(SCRIPT), partition, profile], cwd=project, env=env,
+    result = subprocess.run([sys.executable, str(SCRIPT), partition, profile, stage], cwd=project, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -70,3 +71,21 @@ def test_dagster_cli_materializes_a_partition(project: Path) -> None:
     assert "RUN_SUCCESS" in result.stderr + result.stdout
     assert "Asset check 'no_dangling_edges' on 'knowledge_graph' passed" in result.stderr + result.stdout
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").is_file()
+
+
+def test_qa_assets_materialize_with_their_checks(tmp_path: Path) -> None:
+    from tests.test_qa import CHEMISTRY_REGISTRY
+
+    project = make_project(tmp_path / "project", CHEMISTRY_REGISTRY)
+    shutil.copytree(PROJECT_ROOT / "kg_assets" / "chemistry", project / "kg_assets" / "chemistry")
+    text = (project / "params.yaml").read_text().replace("one_two_hop_per_domain: 150", "one_two_hop_per_domain: 12")
+    (project / "params.yaml").write_text(text.replace("three_plus_per_domain: 150", "three_plus_per_domain: 8"))
+    out = materialize(project, "chemistry", "", "qa")
+    assert out["success"], out["failures"] or out["checks"]
+    checks = {name: c["passed"] for name, c in out["checks"].items()}
+    for name in ("seed_subgraphs.subgraph_size_bounds", "qa_pairs.pairs_pass_rules", "qa_pairs.bucket_targets",
+                 "gold_paths.every_pair_has_valid_path", "qa_dataset.split_leakage"):
+        assert checks[name], out["checks"][name]
+    assert all(checks.values()), out["checks"]
+    assert out["metadata"]["qa_pairs"]["stat_pairs"] == 20 and out["metadata"]["qa_dataset"]["rows_pairs"] == 20
+    assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()

@@ -31,13 +31,14 @@ log = logging.getLogger(__name__)
 
 class BuildResult(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
-    domain: str
+    domain: str | None  # None for cross-domain artifacts (the QA dataset)
     folder: Path
     manifest: Manifest
     skipped: bool
 
 
-def _up_to_date(folder: Path, inputs: dict[str, str], params: dict) -> Manifest | None:
+def up_to_date(folder: Path, inputs: dict[str, str], params: dict) -> Manifest | None:
+    """The artifact's manifest when it was built from these inputs and params (so it can be reused)."""
     manifest = read_manifest(folder)
     if manifest is not None and manifest.input_fingerprint == fingerprint(inputs, params):
         return manifest
@@ -54,7 +55,7 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
     inputs = sha256_files(files, root)
     shaping = {"profile": params.profile, "source": domain.source.model_dump(mode="json"),
                "seeds": params.section("seeds")}
-    if not force and (manifest := _up_to_date(folder, inputs, shaping)):
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
         log.info("knowledge_graph[%s] is up to date", domain.name)
         return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=True)
 
@@ -82,7 +83,7 @@ def build_entity_index(domain: str, params: Params, *, force: bool = False,
         raise ArtifactMissingError(f"{source}: knowledge graph of {domain!r} not built (run `omne kg build`)")
     inputs = {relative_path(source / name, params.root): sha for name, sha in kg_manifest.files.items()}
     shaping = {"profile": params.profile, **params.index.model_dump(include={"encoder", "text", "ann_min_rows"})}
-    if not force and (manifest := _up_to_date(folder, inputs, shaping)):
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
         log.info("entity_index[%s] is up to date", domain)
         return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
 

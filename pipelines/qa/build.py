@@ -1,0 +1,263 @@
+"""Build steps of QA synthesis, each one function shared by the CLI, the Dagster asset and the DVC stage:
+
+    knowledge_graph -> seed_subgraphs -> qa_pairs -> gold_paths   (per domain)
+    gold_paths of every domain -> qa_dataset                        (merged, deduped, split)
+
+Like the KG steps, a step whose inputs and params are unchanged is skipped, and every artifact is
+written to a temporary folder that replaces the old one only when complete. LLM replies live in the
+client's disk cache, so a killed generation run restarts without paying for a reply twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel
+
+from pipelines.atomic import atomic_directory
+from pipelines.config import Params
+from pipelines.domains import load_registry
+from pipelines.kg.build import BuildResult, up_to_date
+from pipelines.kg.errors import ArtifactMissingError
+from pipelines.kg.store import kg_dir, read_kg
+from pipelines.lineage import new_manifest, read_manifest, relative_path, sha256_files, write_manifest
+from pipelines.llm.base import ChatClient
+from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
+from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
+from pipelines.qa.gold import gold_paths
+from pipelines.qa.models import GoldPath, QAPair
+from pipelines.qa.paths import RelationGraph
+from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
+
+log = logging.getLogger(__name__)
+
+PAIRS_FILE, ATTEMPTS_FILE, GOLD_FILE = "qa_pairs.jsonl", "attempts.jsonl", "gold_paths.jsonl"
+DATASET_FILE, STATS_FILE = "qa.parquet", "stats.json"
+
+
+def qa_dir(artifacts: Path, kind: str, domain: str | None = None) -> Path:
+    """artifacts/qa/{seeds,pairs,gold}/<domain>/ and artifacts/qa/dataset/."""
+    return artifacts / "qa" / kind / domain if domain else artifacts / "qa" / kind
+
+
+def _manifest_inputs(folder: Path, root: Path, what: str) -> dict[str, str]:
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ArtifactMissingError(f"{folder}: {what} not built yet")
+    return {relative_path(folder / name, root): sha for name, sha in manifest.files.items()}
+
+
+def write_jsonl(path: Path, records: Iterable[BaseModel]) -> int:
+    count = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(record.model_dump_json() + "\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
+    if not path.is_file():
+        raise ArtifactMissingError(f"{path}: not built yet")
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    records.append(model.model_validate_json(line))
+                except ValueError as exc:
+                    raise ArtifactMissingError(f"{path}:{number}: not a valid {model.__name__}: {exc}") from None
+    return records
+
+
+def build_seed_subgraphs(domain: str, params: Params, *, force: bool = False) -> BuildResult:
+    """Sample eligible seeds of a built KG and store their BFS balls (parquet + manifest)."""
+    source, folder = kg_dir(params.artifacts_dir, domain), qa_dir(params.artifacts_dir, "seeds", domain)
+    inputs = _manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)")
+    shaping = {"seeds": params.section("seeds"), "seeds_per_domain": params.qa.seeds_per_domain,
+               "random_seed": params.qa.random_seed}
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+    kg = read_kg(source)
+    subgraphs = sample_seed_subgraphs(kg, domain, params.seeds, params.qa.seeds_per_domain, params.qa.random_seed)
+    table = seeds_table(subgraphs)
+    with atomic_directory(folder) as tmp:
+        table.write_parquet(tmp / SEEDS_FILE, compression="zstd", statistics=False)
+        sizes = table["size"]
+        manifest = new_manifest(
+            "seed_subgraphs", domain=domain, files=sha256_files([tmp / SEEDS_FILE], tmp), inputs=inputs,
+            params=shaping, rows={"seeds": table.height},
+            metadata={"size_min": int(sizes.min() or 0), "size_max": int(sizes.max() or 0),
+                      "size_mean": round(float(sizes.mean() or 0), 2)},
+        )
+        write_manifest(tmp, manifest)
+    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+
+
+def read_seed_subgraphs(domain: str, params: Params) -> pl.DataFrame:
+    path = qa_dir(params.artifacts_dir, "seeds", domain) / SEEDS_FILE
+    if not path.is_file():
+        raise ArtifactMissingError(f"{path}: seed subgraphs of {domain!r} not built (run `omne qa seeds`)")
+    return pl.read_parquet(path)
+
+
+def _client(params: Params, client: ChatClient | None) -> ChatClient:
+    if client is not None:
+        return client
+    from pipelines.llm.factory import build_chat_client
+
+    return build_chat_client(params)
+
+
+def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None, limit: int | None = None,
+                   client: ChatClient | None = None, force: bool = False, progress: bool = True) -> BuildResult:
+    """Generate validated QA pairs from a domain's seed subgraphs (template or LLM generator)."""
+    qa, llm = params.qa, params.llm
+    generator = generator or qa.generator
+    seeds_folder, folder = qa_dir(params.artifacts_dir, "seeds", domain), qa_dir(params.artifacts_dir, "pairs", domain)
+    inputs = {**_manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
+              **_manifest_inputs(seeds_folder, params.root, f"seed subgraphs of {domain!r} (run `omne qa seeds`)")}
+    targets = {"1-2": qa.one_two_hop_per_domain, "3+": qa.three_plus_per_domain}
+    if limit is not None:
+        targets = {bucket: min(n, limit) for bucket, n in targets.items()}
+    shaping: dict[str, Any] = {"generator": generator, "targets": targets,
+                               **qa.model_dump(include={"random_seed", "max_hops", "max_retries", "strict_path"})}
+    if generator == "llm":
+        shaping.update(qa.model_dump(include={"show_descriptions", "max_prompt_relations", "judge"}))
+        shaping["llm"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",
+                                                 "json_repair_rounds"})
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+
+    graph = RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)))
+    subgraphs = read_seeds(read_seed_subgraphs(domain, params))
+    usage: dict[str, Any] = {}
+    if generator == "llm":
+        chat = _client(params, client)
+        result = generate_llm_pairs(graph, subgraphs, qa, llm, domain, chat, targets, progress=progress)
+        usage = chat.usage.model_dump()
+        model = chat.model
+    elif generator == "template":
+        result = generate_template_pairs(graph, subgraphs, qa, domain, targets)
+        model = "template"
+    else:
+        raise ValueError(f"unknown generator {generator!r}: use template or llm")
+    return _write_pairs(domain, folder, result, inputs, shaping, usage, model)
+
+
+def _write_pairs(domain: str, folder: Path, result: GenerationResult, inputs: dict[str, str],
+                 shaping: dict[str, Any], usage: dict[str, Any], model: str) -> BuildResult:
+    with atomic_directory(folder) as tmp:
+        rows = write_jsonl(tmp / PAIRS_FILE, result.pairs)
+        write_jsonl(tmp / ATTEMPTS_FILE, result.attempts)
+        manifest = new_manifest(
+            "qa_pairs", domain=domain, files=sha256_files([tmp / PAIRS_FILE, tmp / ATTEMPTS_FILE], tmp),
+            inputs=inputs, params=shaping, rows={"pairs": rows, "seed_attempts": len(result.attempts)},
+            metadata={"generator": model, "stats": result.stats(), "llm_usage": usage},
+        )
+        write_manifest(tmp, manifest)
+    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+
+
+def read_qa_pairs(domain: str, params: Params) -> list[QAPair]:
+    return read_jsonl(qa_dir(params.artifacts_dir, "pairs", domain) / PAIRS_FILE, QAPair)
+
+
+def build_gold_paths(domain: str, params: Params, *, client: ChatClient | None = None, force: bool = False,
+                     progress: bool = True) -> BuildResult:
+    """Every simple start->answer path of each QA pair, verified by rules or the LLM."""
+    qa = params.qa
+    pairs_folder, folder = qa_dir(params.artifacts_dir, "pairs", domain), qa_dir(params.artifacts_dir, "gold", domain)
+    inputs = {**_manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
+              **_manifest_inputs(pairs_folder, params.root, f"QA pairs of {domain!r} (run `omne qa generate`)")}
+    shaping: dict[str, Any] = qa.model_dump(include={"gold_max_hops", "gold_max_paths", "gold_verify"})
+    if qa.gold_verify == "llm":
+        shaping["llm"] = params.llm.model_dump(include={"backend", "model", "max_tokens"})
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+    graph = RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)))
+    pairs = read_qa_pairs(domain, params)
+    chat = _client(params, client) if qa.gold_verify == "llm" else None
+    golds = gold_paths(graph, pairs, qa, client=chat, llm=params.llm, progress=progress)
+    paths = [len(g.paths) for g in golds]
+    valid = [sum(p.valid for p in g.paths) for g in golds]
+    with atomic_directory(folder) as tmp:
+        write_jsonl(tmp / GOLD_FILE, golds)
+        manifest = new_manifest(
+            "gold_paths", domain=domain, files=sha256_files([tmp / GOLD_FILE], tmp), inputs=inputs, params=shaping,
+            rows={"qa_pairs": len(golds), "paths": sum(paths), "valid_paths": sum(valid)},
+            metadata={"mean_paths": round(sum(paths) / len(paths), 3) if paths else 0.0,
+                      "mean_valid_paths": round(sum(valid) / len(valid), 3) if valid else 0.0,
+                      "truncated": sum(g.truncated for g in golds),
+                      "llm_usage": chat.usage.model_dump() if chat else {}},
+        )
+        write_manifest(tmp, manifest)
+    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+
+
+def read_gold_paths(domain: str, params: Params) -> list[GoldPath]:
+    return read_jsonl(qa_dir(params.artifacts_dir, "gold", domain) / GOLD_FILE, GoldPath)
+
+
+class DatasetResult(BuildResult):
+    stats: dict[str, Any] = {}
+
+
+def built_qa_domains(params: Params) -> list[str]:
+    """Registered domains whose gold paths are built (what the dataset merges)."""
+    names = load_registry(params.registry_path).names
+    return [d for d in names if read_manifest(qa_dir(params.artifacts_dir, "gold", d)) is not None]
+
+
+def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force: bool = False) -> DatasetResult:
+    """Merge every domain's pairs, dedupe, split by stable hash, write qa.parquet + split jsonl + stats."""
+    from pipelines.qa.expectations import qa_table
+
+    domains = domains if domains is not None else built_qa_domains(params)
+    if not domains:
+        raise ArtifactMissingError("no domain has QA pairs and gold paths yet (run `omne qa generate` first)")
+    folder = qa_dir(params.artifacts_dir, "dataset")
+    inputs: dict[str, str] = {}
+    for domain in domains:
+        inputs.update(_manifest_inputs(qa_dir(params.artifacts_dir, "pairs", domain), params.root,
+                                       f"QA pairs of {domain!r}"))
+        inputs.update(_manifest_inputs(qa_dir(params.artifacts_dir, "gold", domain), params.root,
+                                       f"gold paths of {domain!r} (run `omne qa gold`)"))
+    shaping = {"domains": domains, **params.qa.model_dump(include={"test_share", "val_share", "random_seed"})}
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+        return DatasetResult(domain=None, folder=folder, manifest=manifest, skipped=True,
+                             stats=manifest.metadata.get("stats", {}))
+    pairs = [pair for domain in domains for pair in read_qa_pairs(domain, params)]
+    kept, report = dedupe(pairs)
+    kept = assign_splits(kept, params.qa)
+    ids = {p.id for p in kept}
+    golds = [g for domain in domains for g in read_gold_paths(domain, params) if g.qa_id in ids]
+    stats = dataset_stats(kept)
+    with atomic_directory(folder) as tmp:
+        qa_table(kept).write_parquet(tmp / DATASET_FILE, compression="zstd", statistics=False)
+        files = [tmp / DATASET_FILE]
+        for split in ("train", "val", "test"):
+            write_jsonl(tmp / f"{split}.jsonl", (p for p in kept if p.split == split))
+            files.append(tmp / f"{split}.jsonl")
+        write_jsonl(tmp / GOLD_FILE, golds)
+        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+        files += [tmp / GOLD_FILE, tmp / STATS_FILE]
+        manifest = new_manifest(
+            "qa_dataset", files=sha256_files(files, tmp), inputs=inputs, params=shaping,
+            rows={"pairs": len(kept), **{s: n for s, n in stats["splits"].items()}},
+            metadata={"stats": stats, "dedupe": report.model_dump()},
+        )
+        write_manifest(tmp, manifest)
+    return DatasetResult(domain=None, folder=folder, manifest=manifest, skipped=False, stats=stats)
+
+
+def read_qa_dataset(params: Params) -> pl.DataFrame:
+    path = qa_dir(params.artifacts_dir, "dataset") / DATASET_FILE
+    if not path.is_file():
+        raise ArtifactMissingError(f"{path}: QA dataset not built (run `omne qa build`)")
+    return pl.read_parquet(path)

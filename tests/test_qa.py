@@ -1,0 +1,287 @@
+"""QA synthesis on real data: seeds vs networkx, template questions, validation, gold paths, dataset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.config import Params, load_params
+from pipelines.domains import load_registry
+from pipelines.kg.build import build_knowledge_graph
+from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph, normalise_key
+from pipelines.kg.store import kg_dir, read_kg
+from pipelines.qa.build import (build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs,
+                                read_gold_paths, read_qa_pairs, read_seed_subgraphs)
+from pipelines.qa.dataset import dedupe, split_of
+from pipelines.qa.models import PathEdge, QAPair, Validation, qa_id
+from pipelines.qa.names import leaked_names, mentions
+from pipelines.qa.paths import RelationGraph, Step
+from pipelines.qa.seeds import ball_nodes, sample_seed_subgraphs
+from pipelines.qa.template import keyword_sentence, write_question
+from pipelines.qa.validate import check_pair
+from tests.conftest import PROJECT_ROOT, make_project
+
+CHEMISTRY_REGISTRY = """domains:
+  chemistry:
+    description: Elements and isotopes.
+    source:
+      kind: triples
+      path: kg_assets/chemistry/triples.jsonl
+      entities: kg_assets/chemistry/entities.jsonl
+"""
+
+
+def graph_from_networkx(graph: nx.Graph) -> KnowledgeGraph:
+    names = [f"N{i}" for i in range(graph.number_of_nodes())]
+    entities = pl.DataFrame({"id": list(range(len(names))), "name": names, "key": [n.lower() for n in names],
+                             "type": ["thing"] * len(names), "description": [""] * len(names),
+                             "source_ids": [[] for _ in names]}, schema=ENTITY_SCHEMA)
+    edges = sorted(graph.edges())
+    relations = pl.DataFrame({"src": [a for a, _ in edges], "dst": [b for _, b in edges],
+                              "keywords": ["linked"] * len(edges), "description": [""] * len(edges),
+                              "weight": [1.0] * len(edges)}, schema=RELATION_SCHEMA)
+    return KnowledgeGraph(entities=entities, relations=relations, directed=True)
+
+
+@pytest.fixture(scope="module")
+def random_graph() -> nx.Graph:
+    return nx.gnm_random_graph(400, 700, seed=7)
+
+
+def test_seed_balls_equal_networkx_bfs(random_graph: nx.Graph) -> None:
+    kg = graph_from_networkx(random_graph)
+    seeds = np.arange(kg.num_entities)
+    for seed, ball in zip(seeds, ball_nodes(kg.adjacency(), seeds, depth=3, batch=64), strict=True):
+        assert set(ball.tolist()) == set(nx.single_source_shortest_path_length(random_graph, int(seed), cutoff=3))
+
+
+def test_sampled_seeds_are_exactly_the_eligible_ones(random_graph: nx.Graph, params: Params) -> None:
+    kg = graph_from_networkx(random_graph)
+    subgraphs = sample_seed_subgraphs(kg, "rand", params.seeds, count=10_000, random_seed=0)
+    expected = {v for v in random_graph if 20 <= len(nx.ego_graph(random_graph, v, radius=3)) <= 400}
+    assert {s.seed for s in subgraphs} == expected and expected
+    assert all(s.nodes[0] == s.seed and 20 <= s.size <= 400 for s in subgraphs)
+    again = sample_seed_subgraphs(kg, "rand", params.seeds, count=25, random_seed=0)
+    assert [s.seed for s in again] == [s.seed for s in sample_seed_subgraphs(kg, "rand", params.seeds, 25, 0)]
+
+
+def test_simple_paths_equal_networkx(random_graph: nx.Graph) -> None:
+    kg = graph_from_networkx(random_graph)
+    graph = RelationGraph(kg)
+    rng = np.random.default_rng(1)
+    checked = 0
+    for _ in range(40):
+        a, b = (int(x) for x in rng.choice(kg.num_entities, 2, replace=False))
+        ours, truncated = graph.simple_paths(a, b, max_hops=4, limit=10_000)
+        reference = sorted(nx.all_simple_paths(random_graph, a, b, cutoff=4), key=lambda p: (len(p), p))
+        assert not truncated and ours == reference
+        checked += bool(reference)
+    assert checked > 5
+    capped, truncated = graph.simple_paths(0, int(next(iter(random_graph[0]))), max_hops=4, limit=1)
+    assert len(capped) == 1 and len(capped[0]) == 2
+
+
+def test_question_is_written_from_relation_descriptions(tmp_path: Path) -> None:
+    entities = pl.DataFrame({"id": [0, 1, 2], "name": ["Abu Dhabi", "United Arab Emirates", "UAE Dirham"],
+                             "key": ["abu dhabi", "united arab emirates", "uae dirham"],
+                             "type": ["city", "country", "currency"], "description": ["", "", ""],
+                             "source_ids": [[], [], []]}, schema=ENTITY_SCHEMA)
+    relations = pl.DataFrame({"src": [0, 1], "dst": [1, 2], "keywords": ["capital of", "uses currency"],
+                              "description": ["Abu Dhabi is the capital of United Arab Emirates.",
+                                              "United Arab Emirates uses the UAE Dirham."],
+                              "weight": [1.0, 1.0]}, schema=RELATION_SCHEMA)
+    graph = RelationGraph(KnowledgeGraph(entities=entities, relations=relations, directed=True))
+    assert write_question(graph, 0, [Step(0, True)]) == "Abu Dhabi is the capital of which country?"
+    assert write_question(graph, 1, [Step(0, False)]) == "Which city is the capital of United Arab Emirates?"
+    assert write_question(graph, 0, [Step(0, True), Step(1, True)]) == \
+        "The country that Abu Dhabi is the capital of uses which currency?"
+    assert keyword_sentence("A", "in block", "B") == "A is in block B"
+    assert keyword_sentence("A", "excludes", "B") == "A excludes B"
+    assert keyword_sentence("A", "code also", "B") == 'A has a "code also" relation to B'
+
+
+def test_names_are_matched_as_whole_names() -> None:
+    assert mentions("Actinium-205 decays to which isotope?", "Actinium-205")
+    assert not mentions("Actinium-205 decays to which isotope?", "Actinium")
+    assert leaked_names("Southern Asia is part of which continent?", ["Southern Asia", "Asia"], "Asia") == ["Asia"]
+    assert leaked_names("What does Iron form?", ["Iron", "Rust"], "Rust") == []
+
+
+@pytest.fixture(scope="module")
+def chemistry(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    """A project with the real chemistry domain, its KG built, and small QA targets."""
+    root = make_project(tmp_path_factory.mktemp("chem") / "project", CHEMISTRY_REGISTRY)
+    shutil.copytree(PROJECT_ROOT / "kg_assets" / "chemistry", root / "kg_assets" / "chemistry")
+    text = (root / "params.yaml").read_text()
+    text = text.replace("one_two_hop_per_domain: 150", "one_two_hop_per_domain: 40")
+    text = text.replace("three_plus_per_domain: 150", "three_plus_per_domain: 40")
+    (root / "params.yaml").write_text(text)
+    params = load_params(root / "params.yaml")
+    build_knowledge_graph(load_registry(params.registry_path).get("chemistry"), params)
+    build_seed_subgraphs("chemistry", params)
+    return params
+
+
+def test_template_pairs_are_valid_unique_and_deterministic(chemistry: Params) -> None:
+    result = build_qa_pairs("chemistry", chemistry)
+    pairs = read_qa_pairs("chemistry", chemistry)
+    stats = result.manifest.metadata["stats"]
+    assert stats["pairs_1_2"] == 40 and stats["pairs_3_plus"] == 40
+    graph = RelationGraph(read_kg(kg_dir(chemistry.artifacts_dir, "chemistry")))
+    seeds = set(read_seed_subgraphs("chemistry", chemistry)["seed"].to_list())
+    for pair in pairs:
+        start = graph.entity_id(pair.start_entity)
+        assert start in seeds and pair.path[0] == pair.start_entity and pair.path[-1] == pair.answer
+        assert check_pair(graph, pair.path, pair.question, pair.answer, start, pair.bucket, strict=True,
+                          max_hops=4).valid
+        chain = [(e.keywords, graph.entity_id(e.src) == graph.entity_id(pair.path[i]))
+                 for i, e in enumerate(pair.path_edges)]
+        assert graph.follow(start, chain) == {graph.entity_id(pair.answer)}, pair.question  # one answer only
+        assert pair.id == qa_id("chemistry", pair.question, pair.answer) and pair.generator == "template"
+    assert len({p.id for p in pairs}) == len(pairs)
+    first = (result.folder / "qa_pairs.jsonl").read_bytes()
+    again = build_qa_pairs("chemistry", chemistry, force=True)
+    assert (again.folder / "qa_pairs.jsonl").read_bytes() == first  # same params, same questions
+    assert build_qa_pairs("chemistry", chemistry).skipped
+
+
+def test_limit_caps_each_bucket(chemistry: Params) -> None:
+    result = build_qa_pairs("chemistry", chemistry, limit=3, force=True)
+    assert result.manifest.metadata["stats"]["pairs_1_2"] == 3 and result.manifest.metadata["stats"]["pairs_3_plus"] == 3
+    build_qa_pairs("chemistry", chemistry, force=True)
+
+
+def test_gold_paths_include_the_generator_path_and_verify_by_relation_chain(chemistry: Params) -> None:
+    build_qa_pairs("chemistry", chemistry)
+    result = build_gold_paths("chemistry", chemistry)
+    golds = {g.qa_id: g for g in read_gold_paths("chemistry", chemistry)}
+    pairs = read_qa_pairs("chemistry", chemistry)
+    assert set(golds) == {p.id for p in pairs}
+    for pair in pairs:
+        gold = golds[pair.id]
+        assert gold.paths[0].nodes == pair.path and gold.paths[0].valid
+        wanted = [e.keywords for e in pair.path_edges]
+        for item in gold.paths:
+            assert item.nodes[0] == pair.start_entity and item.nodes[-1] == pair.answer
+            assert len(set(item.nodes)) == len(item.nodes) and len(item.nodes) - 1 <= 4
+            assert item.valid == ([e.keywords for e in item.edges] == wanted)
+    assert result.manifest.rows["paths"] > result.manifest.rows["qa_pairs"]  # more than the generator's paths
+
+
+def test_dataset_merges_dedupes_and_splits(chemistry: Params) -> None:
+    build_qa_pairs("chemistry", chemistry)
+    build_gold_paths("chemistry", chemistry)
+    result = build_qa_dataset(chemistry, ["chemistry"])
+    table = pl.read_parquet(result.folder / "qa.parquet")
+    assert table.height == result.manifest.rows["pairs"] == 80
+    assert set(table["split"].unique()) <= {"train", "val", "test"}
+    assert table["id"].n_unique() == table.height
+    for row in table.iter_rows(named=True):
+        assert row["split"] == split_of(row["question"], chemistry.qa)
+    lines = sum(len((result.folder / f"{s}.jsonl").read_text().splitlines()) for s in ("train", "val", "test"))
+    assert lines == table.height
+    stats = json.loads((result.folder / "stats.json").read_text())
+    assert stats["domains"]["chemistry"]["1-2"] == 40 and stats["domains"]["chemistry"]["3+"] == 40
+    assert build_qa_dataset(chemistry, ["chemistry"]).skipped
+
+
+def test_dedupe_ignores_case_and_punctuation() -> None:
+    def pair(domain: str, question: str) -> QAPair:
+        return QAPair(id=qa_id(domain, question, "Iron"), domain=domain, question=question, answer="Iron",
+                      answers=["Iron"], hops=1, bucket="1-2", path=["Rust", "Iron"],
+                      path_edges=[PathEdge(src="Rust", keywords="made of", dst="Iron")], start_entity="Rust",
+                      qtype="one_hop", generator="template", validation=Validation(valid=True))
+    kept, report = dedupe([pair("a", "Rust is made of which element?"), pair("b", "rust is made of which element")])
+    assert len(kept) == 1 and report.duplicates == 1
+
+
+def test_entity_keys_resolve_names_case_insensitively(chemistry: Params) -> None:
+    graph = RelationGraph(read_kg(kg_dir(chemistry.artifacts_dir, "chemistry")))
+    assert graph.entity_id("  IRON ") == graph.key_to_id[normalise_key("Iron")]
+
+
+# ------------------------------------------------------------------------------ LLM generator (scripted)
+
+def _good_reply(graph: RelationGraph, seed_name: str, bucket: str, nodes: list[int]) -> str:
+    from pipelines.qa.template import sample_template_path
+
+    seed = graph.entity_id(seed_name)
+    rng = np.random.default_rng(seed)
+    for hops in ([1, 2] if bucket == "1-2" else [3, 4]):
+        steps = sample_template_path(graph, seed, hops, set(nodes), rng)
+        if steps:
+            path = [graph.names[n] for n in graph.path_nodes(seed, steps)]
+            return json.dumps({"path": path, "question": write_question(graph, seed, steps), "answer": path[-1]})
+    raise AssertionError(f"no path for {seed_name}")
+
+
+def test_llm_generator_validates_judges_and_retries_with_feedback(chemistry: Params) -> None:
+    import re
+
+    from pipelines.llm.scripted import ScriptedChatClient
+    from pipelines.qa.generate import generate_llm_pairs
+    from pipelines.qa.prompts import GENERATOR_SYSTEM
+    from pipelines.qa.seeds import read_seeds
+
+    graph = RelationGraph(read_kg(kg_dir(chemistry.artifacts_dir, "chemistry")))
+    def answerable(sub) -> bool:  # noqa: ANN001
+        try:
+            return all(_good_reply(graph, sub.seed_name, b, sub.nodes) for b in ("1-2", "3+"))
+        except AssertionError:
+            return False
+
+    subgraphs = [s for s in read_seeds(read_seed_subgraphs("chemistry", chemistry)) if answerable(s)][:4]
+    nodes_of = {s.seed_name: s.nodes for s in subgraphs}
+    judged: list[str] = []
+    rejected_once: set[str] = set()
+
+    def reply(request) -> str:  # noqa: ANN001 - a ChatRequest
+        messages = request.messages
+        prompt = messages[1]["content"]
+        if messages[0]["content"] != GENERATOR_SYSTEM:  # the judge
+            question = re.search(r"^Question: (.*)$", prompt, re.M).group(1)
+            judged.append(question)
+            reject = mentions(question, subgraphs[2].seed_name) and subgraphs[2].seed_name not in rejected_once
+            if reject:
+                rejected_once.add(subgraphs[2].seed_name)
+            return json.dumps({"valid": not reject, "reason": "reveals too much" if reject else "fine"})
+        seed = re.search(r'around the entity "(.*)"\.', prompt).group(1)
+        bucket = "1-2" if "1-hop or 2-hop" in prompt else "3+"
+        good = _good_reply(graph, seed, bucket, nodes_of[seed])
+        if len(messages) > 2:  # the repair round after a reply that was not JSON
+            return good
+        if "Your previous attempt was rejected" in prompt:
+            return good
+        if seed == subgraphs[0].seed_name:  # leaks the answer: rule feedback, then a retry
+            value = json.loads(good)
+            return json.dumps({**value, "question": f"{value['question']} Is it {value['answer']}?"})
+        if seed == subgraphs[1].seed_name:
+            return "Sure! Here is the question: {path: [...]"
+        return good
+
+    client = ScriptedChatClient(reply, model="scripted-gen")
+    result = generate_llm_pairs(graph, subgraphs, chemistry.qa, chemistry.llm, "chemistry", client,
+                                {"1-2": 4, "3+": 2}, progress=False)
+    by_seed = {(a.seed_name, a.bucket): a for a in result.attempts}
+    assert all(a.accepted for a in result.attempts), [a.attempts for a in result.attempts if not a.accepted]
+    assert len(result.pairs) == 6 and {p.bucket for p in result.pairs} == {"1-2", "3+"}
+    leaked = by_seed[(subgraphs[0].seed_name, "1-2")]
+    assert len(leaked.attempts) == 2 and "names other path entities" in leaked.attempts[0].feedback
+    assert leaked.attempts[0].path_valid is True
+    retry_prompts = [r.messages[1]["content"] for r in client.requests if "Your previous attempt" in r.messages[1]["content"]]
+    assert any("Path valid: True" in p and "names other path entities" in p for p in retry_prompts)
+    assert len(by_seed[(subgraphs[1].seed_name, "1-2")].attempts) == 1  # repaired within the round
+    rejected = by_seed[(subgraphs[2].seed_name, "1-2")]
+    assert rejected.attempts[0].feedback.startswith("the judge rejected the question")
+    for pair in result.pairs:
+        start = graph.entity_id(pair.start_entity)
+        assert check_pair(graph, pair.path, pair.question, pair.answer, start, pair.bucket, strict=True,
+                          max_hops=4).valid
+        assert pair.generator == "scripted-gen" and pair.validation.valid
+    assert client.usage.by_tag["qa.generate"] >= 6 and client.usage.by_tag["qa.judge"] >= 6
