@@ -334,8 +334,7 @@ def qa_gold(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
 @click.pass_context
 def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
     """Merge the domains' QA pairs (gold paths first if needed), dedupe, split, check: artifacts/qa/dataset/."""
-    from pipelines.qa.build import build_gold_paths, build_qa_dataset, read_qa_dataset
-    from pipelines.qa.expectations import validate_qa_table
+    from pipelines.qa.build import build_gold_paths, build_qa_dataset
 
     params = _params(ctx)
     registry = load_registry(params.registry_path)
@@ -348,16 +347,8 @@ def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
     result = build_qa_dataset(params, with_pairs, force=force)
     _print_qa_stats(result.stats)
     click.echo(f"{'up to date' if result.skipped else 'built'}: {result.manifest.rows['pairs']} pairs -> {result.folder}")
-    if no_checks:
-        return
-    table = read_qa_dataset(params)
-    outcomes = validate_qa_table(table, params.qa.max_hops, strict_path=params.qa.strict_path)
-    for outcome in outcomes:
-        click.echo(f"check {outcome.spec.name}: {'passed' if outcome.passed else 'FAILED'}")
-        if not outcome.passed:
-            click.echo(json.dumps(outcome.metadata, indent=2, default=str))
-    if not all(o.passed for o in outcomes):
-        sys.exit(1)
+    if not no_checks:
+        _run_qa_checks(params)
 
 
 def _print_qa_stats(stats: dict) -> None:
@@ -411,6 +402,21 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
     print_domain_table(rows)
     dataset = run_qa_dataset(params, domains, force=force)
     _print_qa_stats(dataset.stats)
+    _run_qa_checks(params)
+
+
+def _run_qa_checks(params: Params) -> None:
+    """The QA dataset's blocking checks (Great Expectations suite, split leakage); exit 1 when one fails."""
+    from pipelines.qa.build import read_qa_dataset
+    from pipelines.qa.expectations import validate_qa_table
+
+    outcomes = validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path)
+    for outcome in outcomes:
+        click.echo(f"check {outcome.spec.name}: {'passed' if outcome.passed else 'FAILED'}")
+        if not outcome.passed:
+            click.echo(json.dumps(outcome.metadata, indent=2, default=str))
+    if not all(o.passed for o in outcomes):
+        sys.exit(1)
 
 
 def main() -> None:

@@ -39,6 +39,11 @@ def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, t
     assert "knowledge_graph@solar" in out and "entity_index@solar" in out
     kg = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
     assert (repo / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
+    for stage in ("seed_subgraphs@solar", "qa_pairs@solar", "gold_paths@solar", "qa_dataset"):
+        assert f"Running stage '{stage}'" in out
+    assert "check qa_table_expectations: passed" in out and "check split_leakage: passed" in out
+    dataset = json.loads((repo / "artifacts" / "qa" / "dataset" / "manifest.json").read_text())
+    assert dataset["rows"]["pairs"] > 0 and set(dataset["inputs"]) >= {"artifacts/qa/pairs/solar/qa_pairs.jsonl"}
     again = run(repo, "dvc", "repro")
     assert "Running stage" not in again and "up to date" in again.lower()
 
@@ -61,6 +66,7 @@ def test_source_change_reruns_only_that_domains_stages(repo: Path) -> None:
 
 
 def test_exp_run_switches_the_profile(repo: Path) -> None:
-    run(repo, "dvc", "exp", "run", "-S", "profile=paper")
+    # the paper profile generates QA with an LLM endpoint: only the KG stage runs here, on CPU, offline
+    run(repo, "dvc", "exp", "run", "-S", "profile=paper", "knowledge_graph@solar")
     manifest = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
     assert manifest["params"]["profile"] == "paper"
