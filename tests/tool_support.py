@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from pipelines.llm.scripted import UvicornThread, free_port  # noqa: F401 - free_port is used by the tool tests
 from tests.conftest import make_project
 
 
@@ -30,12 +28,6 @@ def build_solar_project(root: Path, profile: str | None = None) -> Params:
 def with_tools(params: Params, **changes: Any) -> Params:
     """``params`` with some ToolParams changed (the sections are frozen: copy, never mutate)."""
     return params.model_copy(update={"tools": params.tools.model_copy(update=changes)})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_health(url: str, timeout: float = 60.0, process: subprocess.Popen | None = None,
@@ -56,22 +48,10 @@ def wait_for_health(url: str, timeout: float = 60.0, process: subprocess.Popen |
     raise AssertionError(f"{url}/health did not answer within {timeout}s: {last}")
 
 
-class ServerThread:
-    """uvicorn serving ``app`` on 127.0.0.1:<free port> in a background thread (a context manager)."""
-
-    def __init__(self, app: Any) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
+class ServerThread(UvicornThread):
+    """uvicorn serving ``app`` on 127.0.0.1:<free port> in a background thread, answering /health."""
 
     def __enter__(self) -> ServerThread:
-        self.thread.start()
+        super().__enter__()
         wait_for_health(self.url)
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "uvicorn thread did not stop"
