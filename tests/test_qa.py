@@ -285,3 +285,29 @@ def test_llm_generator_validates_judges_and_retries_with_feedback(chemistry: Par
                           max_hops=4).valid
         assert pair.generator == "scripted-gen" and pair.validation.valid
     assert client.usage.by_tag["qa.generate"] >= 6 and client.usage.by_tag["qa.judge"] >= 6
+
+
+def test_gold_paths_verified_by_the_llm(chemistry: Params) -> None:
+    from pipelines.llm.scripted import ScriptedChatClient
+    from pipelines.qa.gold import gold_paths
+
+    build_qa_pairs("chemistry", chemistry)
+    graph = RelationGraph(read_kg(kg_dir(chemistry.artifacts_dir, "chemistry")))
+    pairs = [p for p in read_qa_pairs("chemistry", chemistry) if p.hops >= 2][:5]
+    qa = chemistry.qa.model_copy(update={"gold_verify": "llm"})
+
+    def verdict(request) -> str:  # noqa: ANN001 - accepts paths that go through an "isotope of" relation
+        text = request.messages[1]["content"]
+        return "not json" if "decays to" in text and len(text) % 2 else \
+            json.dumps({"valid": "isotope of" in text, "reason": "follows the question" if "isotope of" in text else "no"})
+
+    client = ScriptedChatClient(verdict)
+    golds = gold_paths(graph, pairs, qa, client=client, llm=chemistry.llm, progress=False)
+    asked = sum(len(g.paths) - 1 for g in golds)
+    assert asked > 0 and client.usage.by_tag["qa.gold"] >= asked
+    for gold in golds:
+        assert gold.paths[0].valid and gold.paths[0].reason == "the generator's path"
+        for item in gold.paths[1:]:
+            uses_isotope = any(e.keywords == "isotope of" for e in item.edges)
+            assert item.valid == (uses_isotope and item.reason == "follows the question") or \
+                item.reason.startswith("no verdict")
