@@ -16,7 +16,7 @@ from pipelines.domains import Domain, RegistryError, SourceSpec, add_domain, che
 from pipelines.kg.errors import ArtifactMissingError, KGSourceError
 from pipelines.llm.base import LLMError
 
-FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir"}
+FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir", "text": "text"}
 USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, LLMError, httpx.HTTPError)
 
 
@@ -120,7 +120,8 @@ def kg_index(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--name", required=True, help="Domain name: lower-case letters, digits, '_' (also the graph_type).")
 @click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)),
-              help="Source format (default: graphml for *.graphml, lightrag-dir for folders, else triples).")
+              help="Source format (default: graphml for *.graphml, lightrag-dir for folders, text for *.txt/*.md, "
+                   "else triples).")
 @click.option("--entities", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Optional entity table (name, type, description) for a triples file.")
 @click.option("--description", default="", help="One line describing the domain.")
@@ -129,25 +130,37 @@ def kg_index(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
 @click.pass_context
 def kg_import(ctx: click.Context, path: Path, name: str, fmt: str | None, entities: Path | None,
               description: str, replace: bool, no_build: bool) -> None:
-    """Add a domain from a user's file: validate it, copy it to kg_assets/<name>/, register, build."""
+    """Add a domain from a user's file: validate it, copy it to kg_assets/<name>/, register, build.
+
+    --format text takes a .txt/.md file or a folder of them; building extracts the KG with the LLM of
+    params.yaml (llm:), as LightRAG does.
+    """
     from pipelines.kg.build import build_entity_index, build_knowledge_graph
     from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
 
     params = _params(ctx)
     check_domain_name(name)
-    fmt = fmt or ("lightrag-dir" if path.is_dir() else "graphml" if path.suffix.lower() == ".graphml" else "triples")
+    fmt = fmt or ("lightrag-dir" if path.is_dir() else "graphml" if path.suffix.lower() == ".graphml"
+                  else "text" if path.suffix.lower() in (".txt", ".md") else "triples")
     if fmt == "lightrag-dir":  # the working directory's graph is all the KG needs
         path, fmt = path / LIGHTRAG_GRAPHML, "graphml"
     if entities and fmt != "triples":
         raise click.UsageError("--entities only applies to --format triples")
-    import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
-                             entities=str(entities.resolve()) if entities else None), Path("/"))
+    if fmt == "text":  # extraction needs the LLM: check the files are readable text, extract when building
+        from pipelines.kg.extract import read_chunks
+
+        read_chunks(SourceSpec(kind="text", path=str(path.resolve())), Path("/"))
+    else:
+        import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
+                                 entities=str(entities.resolve()) if entities else None), Path("/"))
     target = params.root / "kg_assets" / name
     registry = load_registry(params.registry_path)
     if name in registry.names and not replace:
         raise RegistryError(f"domain {name!r} already exists (use --replace to overwrite it)")
     target.mkdir(parents=True, exist_ok=True)
-    copies = [p if p.resolve() == (target / p.name).resolve() else shutil.copy2(p, target / p.name)
+    copies = [p if p.resolve() == (target / p.name).resolve()
+              else shutil.copytree(p, target / p.name, dirs_exist_ok=True) if p.is_dir()
+              else shutil.copy2(p, target / p.name)
               for p in ([path] + ([entities] if entities else []))]
     source = SourceSpec(kind=FORMATS[fmt], path=Path(copies[0]).relative_to(params.root).as_posix(),
                         entities=Path(copies[1]).relative_to(params.root).as_posix() if entities else None)

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from pipelines.atomic import atomic_write_text
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9_]+$")
-SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir"]
+SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir", "text"]
+ExtractFormat = Literal["lightrag", "triples"]
+TEXT_SUFFIXES = (".txt", ".md")  # what a `text` source folder contributes (other files are ignored)
+TEXT_ONLY_OPTIONS = ("extract_format", "chunk_tokens", "chunk_overlap")
 
 
 class RegistryError(ValueError):
@@ -33,24 +37,61 @@ def check_domain_name(name: str) -> str:
 
 
 class SourceSpec(BaseModel):
-    """Where a domain's KG comes from; paths are relative to the project root."""
+    """Where a domain's KG comes from; paths are relative to the project root.
+
+    ``text`` sources (a .txt/.md file or a folder of them) are turned into a KG by an LLM
+    (pipelines.kg.extract); their options are refused on the other kinds, and left out of their
+    dumps, so that existing registries and manifests stay as they were.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: SourceKind
     path: str
     entities: str | None = None  # optional entity table for triple sources (name, type, description)
-    directed: bool | None = None  # default: triples directed, LightRAG graphs undirected
+    directed: bool | None = None  # default: triples directed, LightRAG graphs and text undirected
+    extract_format: ExtractFormat = "lightrag"  # text: LightRAG entity/relation records, or EoG `head | rel | tail`
+    chunk_tokens: int = Field(1200, ge=1, strict=True)  # text: chunk size in tokens (LightRAG's default)
+    chunk_overlap: int = Field(100, ge=0, strict=True)  # text: tokens shared by consecutive chunks
+
+    @model_validator(mode="after")
+    def _options_fit_kind(self) -> SourceSpec:
+        if self.kind != "text":
+            misplaced = [name for name in TEXT_ONLY_OPTIONS if name in self.model_fields_set]
+            if misplaced:
+                raise ValueError(f"{', '.join(misplaced)}: only for source kind 'text', not {self.kind!r}")
+            return self
+        if self.entities is not None:
+            raise ValueError("entities: not used by source kind 'text' (entities come from the extraction)")
+        if self.chunk_overlap >= self.chunk_tokens:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than "
+                             f"chunk_tokens ({self.chunk_tokens})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if self.kind != "text":
+            for name in TEXT_ONLY_OPTIONS:
+                data.pop(name, None)
+        return data
 
     @property
     def is_directed(self) -> bool:
         return self.directed if self.directed is not None else self.kind == "triples"
 
     def files(self, root: Path) -> list[Path]:
-        """The source files whose content defines the KG (what DVC and the KG sensor watch)."""
+        """The source files whose content defines the KG (what DVC and the KG sensor watch).
+
+        A ``text`` folder contributes its .txt/.md files only (a stray README.pdf is not text).
+        """
         paths = [root / self.path] + ([root / self.entities] if self.entities else [])
         found: list[Path] = []
         for path in paths:
-            found.extend(sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
+            if path.is_dir():
+                found.extend(sorted(p for p in path.rglob("*") if p.is_file() and (
+                    self.kind != "text" or p.suffix.lower() in TEXT_SUFFIXES)))
+            else:
+                found.append(path)
         return found
 
 

@@ -27,6 +27,24 @@ def test_help_explains_every_command(project: Path) -> None:
     kg_help = omne(project, "kg", "--help").stdout
     for command in ("build", "import", "index", "stats", "search"):
         assert command in kg_help
+    qa_help = omne(project, "qa", "--help").stdout
+    for command in ("seeds", "generate", "gold", "build", "stats"):
+        assert command in qa_help
+    assert "--generator" in omne(project, "qa", "generate", "--help").stdout
+
+
+def test_import_text_registers_a_text_domain_that_needs_an_llm(project: Path) -> None:
+    text = Path(__file__).parent / "data" / "text_domain" / "rivers.txt"
+    out = omne(project, "kg", "import", str(text), "--name", "rivers", "--no-build").stdout
+    assert "registered domain 'rivers': text kg_assets/rivers/rivers.txt" in out
+    registry = yaml.safe_load((project / "kg_assets" / "domains.yaml").read_text())
+    assert registry["domains"]["rivers"]["source"]["kind"] == "text"
+    failed = omne(project, "kg", "build", "--domain", "rivers", check=False)
+    assert failed.returncode == 2 and "set llm.model in params.yaml or OMNE_LLM_MODEL" in failed.stderr
+    bad = project / "latin1.txt"
+    bad.write_bytes("Caf\xe9 on the Seine.".encode("latin-1"))
+    refused = omne(project, "kg", "import", str(bad), "--name", "cafe", check=False)
+    assert refused.returncode == 2 and "latin1.txt" in refused.stderr and "UTF-8" in refused.stderr
 
 
 def test_domains_lists_the_registry(project: Path) -> None:
@@ -37,12 +55,14 @@ def test_domains_lists_the_registry(project: Path) -> None:
 
 def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path) -> None:
     first = omne(project, "run").stdout
-    assert "solar" in first and "built / built" in first
+    assert "solar" in first and "built / built / built" in first
+    assert "omne QA dataset" in first and "check qa_table_expectations: passed" in first
+    assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
     assert (project / "artifacts" / "kg" / "solar" / "entities.parquet").is_file()
     assert (project / "artifacts" / "index" / "solar" / "manifest.json").is_file()
     manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
     second = omne(project, "run").stdout
-    assert "cached / cached" in second
+    assert "cached / cached / cached" in second
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
     stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
     assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,6 +26,9 @@ from pipelines.kg.model import assemble_graph
 from pipelines.kg.store import kg_dir, read_kg, write_kg
 from pipelines.lineage import (Manifest, fingerprint, new_manifest, read_manifest, relative_path, sha256_files,
                                write_manifest)
+
+if TYPE_CHECKING:
+    from pipelines.llm.base import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +49,13 @@ def up_to_date(folder: Path, inputs: dict[str, str], params: dict) -> Manifest |
     return None
 
 
-def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False) -> BuildResult:
-    """Import a domain's source, merge entities, write parquet + manifest (with graph statistics)."""
+def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False,
+                          client: ChatClient | None = None) -> BuildResult:
+    """Import a domain's source, merge entities, write parquet + manifest (with graph statistics).
+
+    A ``text`` source is extracted by an LLM: ``client``, or the one ``params.llm`` describes. Its
+    model, prompts and chunking are manifest params, so changing any of them rebuilds the KG.
+    """
     root, folder = params.root, kg_dir(params.artifacts_dir, domain.name)
     files = domain.source.files(root)
     for path in files:
@@ -55,11 +64,31 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
     inputs = sha256_files(files, root)
     shaping = {"profile": params.profile, "source": domain.source.model_dump(mode="json"),
                "seeds": params.section("seeds")}
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
-        log.info("knowledge_graph[%s] is up to date", domain.name)
-        return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=True)
+    owned = text_client = None
+    if domain.source.kind == "text":
+        from pipelines.kg.extract import extraction_params
 
-    raw = import_source(domain.source, root)
+        if client is None:
+            from pipelines.llm.factory import build_chat_client
+
+            client = owned = build_chat_client(params)
+        text_client = client
+        shaping["extraction"] = extraction_params(domain.source, client.model)
+    try:
+        if not force and (manifest := up_to_date(folder, inputs, shaping)):
+            log.info("knowledge_graph[%s] is up to date", domain.name)
+            return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=True)
+        metadata: dict[str, Any] = {}
+        if text_client is not None:
+            from pipelines.kg.extract import extract_graph
+
+            raw = extract_graph(domain.source, root, text_client)
+            metadata["extraction"] = raw.summary.model_dump()
+        else:
+            raw = import_source(domain.source, root)
+    finally:
+        if owned is not None and callable(close := getattr(owned, "close", None)):
+            close()  # the disk cache behind the client we built
     kg = assemble_graph(raw, directed=domain.source.is_directed)
     stats = graph_stats(kg, params.seeds)
     with atomic_directory(folder) as tmp:
@@ -68,7 +97,7 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
             "knowledge_graph", domain=domain.name, files=sha256_files(written, tmp), inputs=inputs,
             params=shaping, rows={"entities": kg.num_entities, "relations": kg.relations.height},
             metadata={"directed": kg.directed, "description": domain.description,
-                      "stats": stats.model_dump()},
+                      "stats": stats.model_dump(), **metadata},
         )
         write_manifest(tmp, manifest)
     return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=False)

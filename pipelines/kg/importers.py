@@ -1,7 +1,8 @@
 """Importers: turn a user's KG file into raw records (``RawGraph``), with errors that name the record.
 
 Supported sources: triple tables (CSV, TSV, parquet, JSON lines) with optional entity tables,
-LightRAG GraphML files, and LightRAG working directories (which hold such a GraphML file).
+LightRAG GraphML files, and LightRAG working directories (which hold such a GraphML file). Plain
+text (kind ``text``) needs an LLM and is read by pipelines.kg.extract instead.
 """
 
 from __future__ import annotations
@@ -252,4 +253,7 @@ def import_source(source: SourceSpec, root: Path) -> RawGraph:
         return read_triples(path, root / source.entities if source.entities else None)
     if source.kind == "lightrag_graphml":
         return read_lightrag_graphml(path)
+    if source.kind == "text":
+        raise KGSourceError(f"{path}: a source of kind 'text' needs an LLM to become a graph: use "
+                            "pipelines.kg.extract.extract_graph with a ChatClient (build_knowledge_graph does this)")
     return read_lightrag_workdir(path)
