@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -398,6 +399,53 @@ def qa_stats(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps(stats, indent=2))
     else:
         _print_qa_stats(stats)
+
+
+@cli.command("eval")
+@click.option("--model", "model", default="base", show_default=True,
+              help="base (params agent.base_model), a local transformers folder, a PEFT adapter folder, or the "
+                   "model name at --endpoint.")
+@click.option("--split", type=click.Choice(["train", "val", "test"]), help="QA split (default: eval.split).")
+@click.option("--limit", type=click.IntRange(min=1), help="Questions per bucket, a stable sample (default: eval.limit).")
+@click.option("--protocol", type=click.Choice(["omne", "kg_r1", "search"]), help="Agent protocol (default: agent.protocol).")
+@click.option("--baseline", type=click.Choice(["direct", "cot", "tools", "retrieval", "graph"]),
+              help="Evaluate a baseline instead: no tools (direct, cot), the base model with tools (tools), "
+                   "retrieved facts (retrieval) or the question's subgraph (graph) in the prompt.")
+@click.option("--endpoint", help="An OpenAI-compatible server to generate with (e.g. a `vllm serve` URL ending in /v1).")
+@click.option("--tools-server", help="Call a running `omne tools serve` instead of in-process tools.")
+@click.option("--name", help="Report name under artifacts/reports/ (default: <model>-<protocol|baseline>-<split>).")
+@click.pass_context
+def eval_command(ctx: click.Context, model: str, split: str | None, limit: int | None, protocol: str | None,
+                 baseline: str | None, endpoint: str | None, tools_server: str | None, name: str | None) -> None:
+    """Evaluate a model (or a baseline) on a QA split: EM, F1, Hit@1 per bucket, hop and domain, efficiency
+    and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json, predictions.jsonl, report.html)."""
+    from pipelines.agent.client import HttpToolClient
+    from pipelines.eval.runner import evaluate
+
+    params = _params(ctx)
+    tools = HttpToolClient(tools_server, os.environ.get("OMNE_TOOLS_TOKEN")) if tools_server else None
+    result = evaluate(params, model, split=split, limit=limit, protocol=protocol, baseline=baseline,
+                      endpoint=endpoint, tools=tools, name=name)
+    print_eval_table([result.metrics])
+    click.echo(f"report: {result.folder / 'report.html'}")
+
+
+def print_eval_table(runs: list) -> None:
+    """One row per run and group: EM, normalised EM, F1, Hit@1, tool calls and tokens per question."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="omne evaluation")
+    for column in ("run", "group", "n", "EM", "norm EM", "F1", "Hit@1", "answered", "calls/q", "gen tok/q"):
+        table.add_column(column, justify="left" if column in ("run", "group") else "right")
+    for metrics in runs:
+        groups = [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items())]
+        for label, scores in groups:
+            table.add_row(metrics.run, label, str(scores.n), f"{scores.em:.3f}", f"{scores.norm_em:.3f}",
+                          f"{scores.f1:.3f}", f"{scores.hit1:.3f}", f"{scores.answered:.2f}",
+                          f"{metrics.efficiency.kg_calls_per_sample:.2f}" if label == "all" else "",
+                          f"{metrics.efficiency.generated_tokens_mean:.0f}" if label == "all" else "")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 @cli.command()

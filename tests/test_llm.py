@@ -21,6 +21,8 @@ from typing import Any
 import diskcache
 import pytest
 
+from tests.model_support import build_tiny_llama
+
 from pipelines.config import ConfigError, LLMParams, load_params
 from pipelines.llm.base import ChatReply, ChatRequest, LLMError
 from pipelines.llm.cache import CachedChatClient
@@ -352,41 +354,10 @@ def test_killed_run_resumes_without_losing_or_duplicating(serve: Callable[..., S
 
 # --- the local transformers backend --------------------------------------------------------------------
 
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-
-
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer llama with random weights and a BPE tokenizer trained here: no files, no hub."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
-    raw = Tokenizer(models.BPE(unk_token=None))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    text = ("The planet Mars orbits the Sun. Phobos and Deimos orbit Mars. Which moon orbits the planet "
-            "that orbits the Sun? Answer with the entity name only. ") * 20
-    raw.train_from_iterator([text, json.dumps({"question": "q", "answer": "a"})],
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    from tokenizers import decoders
-
-    raw.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<|im_end|>",
-                                        bos_token="<|im_start|>")
-    tokenizer.chat_template = CHATML
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    folder = tmp_path_factory.mktemp("tiny") / "tiny-llama"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
 
 
 def test_local_greedy_batched_equals_one_at_a_time(tiny_llama: Path) -> None:

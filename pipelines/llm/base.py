@@ -28,10 +28,16 @@ class ChatRequest(BaseModel):
     max_tokens: int = 1024
     seed: int | None = None
     json_mode: bool = False  # ask the endpoint for a JSON object (response_format) where it supports it
+    stop: list[str] = []  # generation ends after the first of these; the reply keeps it (agent rollouts)
+    prefix: str = ""  # text the assistant turn starts with; the reply is only what follows it
     tag: str = ""  # what the request is for (e.g. "qa.generate"): for logs and counts, not part of the key
 
     def cache_key(self, model: str) -> str:
-        blob = json.dumps({"model": model, **self.model_dump(exclude={"tag"})}, sort_keys=True, ensure_ascii=False)
+        fields = self.model_dump(exclude={"tag"})
+        for name in ("stop", "prefix"):  # unset agent fields leave the keys of other requests unchanged
+            if not fields[name]:
+                del fields[name]
+        blob = json.dumps({"model": model, **fields}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -106,3 +112,29 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """``text`` up to and including the first stop string (and whether one was found).
+
+    Endpoints that drop the matched stop string (the OpenAI API does) end a reply right before it;
+    ``close_stop`` puts it back, so that every backend returns calls and answers with closed tags.
+    """
+    hits = [(text.find(s), s) for s in stop if s and s in text]
+    if not hits:
+        return text, False
+    index, matched = min(hits)
+    return text[:index + len(matched)], True
+
+
+def close_stop(text: str, stop: list[str]) -> str:
+    """Re-append the closing tag an endpoint stripped: the last opened and unclosed ``<tag>`` among
+    the stop strings ``</tag>``."""
+    best, closing = -1, ""
+    for s in stop:
+        if s.startswith("</") and s.endswith(">"):
+            opening = "<" + s[2:]
+            start = text.rfind(opening)
+            if start > best and text.find(s, start) < 0:
+                best, closing = start, s
+    return text + closing if closing else text

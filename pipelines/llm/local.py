@@ -19,7 +19,7 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from pipelines.atomic import atomic_directory
-from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage
+from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, cut_at_stop
 from pipelines.lineage import new_manifest, read_manifest, sha256_file, sha256_files, write_manifest
 
 log = logging.getLogger(__name__)
@@ -150,24 +150,25 @@ class TransformersChatClient:
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(text + request.prefix, add_special_tokens=False)["input_ids"]
 
     def complete_many(self, requests: list[ChatRequest], *, progress: bool = False, desc: str = "llm",
                       on_reply: OnReply | None = None) -> list[ChatReply | LLMError]:
         results: list[ChatReply | LLMError | None] = [None] * len(requests)
         prompts = [self.prompt_ids(r) for r in requests]
-        groups: dict[tuple[float, int | None], list[int]] = {}
+        groups: dict[tuple[float, int | None, tuple[str, ...]], list[int]] = {}
         for index, request in enumerate(requests):
             sampling = request.temperature > 0
-            groups.setdefault((request.temperature, request.seed if sampling else None), []).append(index)
+            key = (request.temperature, request.seed if sampling else None, tuple(request.stop))
+            groups.setdefault(key, []).append(index)
         with tqdm(total=len(requests), desc=desc, unit="req", disable=not progress) as bar:
-            for (temperature, seed), members in groups.items():
+            for (temperature, seed, stop), members in groups.items():
                 members.sort(key=lambda i: len(prompts[i]))
                 for start in range(0, len(members), self.batch_size):
                     batch = members[start:start + self.batch_size]
                     try:
                         replies = self._generate([prompts[i] for i in batch], [requests[i].max_tokens for i in batch],
-                                                 temperature, seed)
+                                                 temperature, seed, list(stop))
                     except Exception as exc:  # noqa: BLE001 - e.g. out of memory: those requests fail, not the run
                         error = LLMError(f"local generation with {self.path} failed: {type(exc).__name__}: {exc}")
                         for i in batch:
@@ -184,7 +185,7 @@ class TransformersChatClient:
         return results  # type: ignore[return-value]
 
     def _generate(self, prompts: Sequence[list[int]], max_tokens: Sequence[int], temperature: float,
-                  seed: int | None) -> list[ChatReply]:
+                  seed: int | None, stop: list[str] | None = None) -> list[ChatReply]:
         import torch
 
         pad = self.tokenizer.pad_token_id
@@ -197,6 +198,8 @@ class TransformersChatClient:
             options.update(do_sample=True, temperature=temperature)
         else:
             options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if stop:  # each row ends at its first stop string; finished rows are padded
+            options.update(stop_strings=stop, tokenizer=self.tokenizer)
         start = time.perf_counter()
         with self._lock, torch.inference_mode(), torch.random.fork_rng(
                 devices=[torch.cuda.current_device()] if self.device == "cuda" else []):
@@ -207,11 +210,14 @@ class TransformersChatClient:
         replies = []
         for row, prompt, limit in zip(output[:, width:].tolist(), prompts, max_tokens, strict=True):
             row = row[:limit]  # a batch runs to its longest limit; greedy prefixes do not depend on it
-            stop = next((k for k, token in enumerate(row) if token in self._eos), None)
-            kept = row if stop is None else row[:stop]
+            end = next((k for k, token in enumerate(row) if token in self._eos or token == pad), None)
+            kept = row if end is None else row[:end]
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
+            text, stopped = cut_at_stop(text, stop or [])
+            finished = end is not None or stopped
             replies.append(ChatReply(
-                text=self.tokenizer.decode(kept, skip_special_tokens=True), model=self.model,
-                prompt_tokens=len(prompt), completion_tokens=len(row) if stop is None else stop + 1,
-                latency_s=latency, finish_reason="length" if stop is None else "stop"))
+                text=text, model=self.model, prompt_tokens=len(prompt),
+                completion_tokens=len(kept) + (1 if end is not None and not stopped else 0),
+                latency_s=latency, finish_reason="stop" if finished else "length"))
         return replies
 

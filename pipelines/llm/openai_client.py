@@ -20,7 +20,7 @@ import openai
 from tqdm.auto import tqdm
 
 from pipelines.config import ConfigError, LLMParams
-from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage
+from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, close_stop
 
 T = TypeVar("T")
 
@@ -114,6 +114,11 @@ class OpenAIChatClient:
             kwargs["seed"] = request.seed
         if request.json_mode:
             kwargs["response_format"] = {"type": "json_object"}
+        if request.stop:
+            kwargs["stop"] = request.stop
+        if request.prefix:  # continue the assistant turn (vLLM's continue_final_message)
+            kwargs["messages"] = [*request.messages, {"role": "assistant", "content": request.prefix}]
+            kwargs["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
         start = time.perf_counter()
         try:
             response = await client.chat.completions.create(**kwargs)
@@ -126,7 +131,10 @@ class OpenAIChatClient:
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
-        return ChatReply(text=choice.message.content, model=response.model or self.model,
+        text = choice.message.content
+        if request.stop and choice.finish_reason == "stop":
+            text = close_stop(text, request.stop)  # the API drops the matched stop string
+        return ChatReply(text=text, model=response.model or self.model,
                          prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                          cost_usd=price(self.params, prompt_tokens, completion_tokens), latency_s=latency,
                          finish_reason=choice.finish_reason)

@@ -1,0 +1,187 @@
+"""The rollout engine: batched multi-turn episodes of a model calling KG tools, for every protocol.
+
+All live episodes of a batch generate together in one backend call per round (the local
+transformers backend left-pads them into one ``generate``; an OpenAI-compatible endpoint gets them
+as concurrent requests); an episode that answers, runs out of rounds or produces nothing usable
+drops out. Generation stops at the end of a call, the call runs through the tool client, and the
+result comes back in the protocol's response tags. The same engine serves evaluation, RL rollouts
+and SFT data collection.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+from tqdm.auto import tqdm
+
+from pipelines.agent.client import ToolClient
+from pipelines.agent.protocols import Protocol, SearchProtocol
+from pipelines.agent.server import CallRequest
+from pipelines.agent.trajectory import ToolCallRecord, Trajectory
+from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError
+
+
+class Task(BaseModel):
+    """One question to roll out."""
+
+    qa_id: str
+    domain: str
+    question: str
+    gold_answers: list[str]
+    bucket: str | None = None
+    hops: int | None = None
+    topic_entities: list[str] | None = None
+    context: str = ""  # extra user-prompt text (retrieval / graph baselines)
+    sample: int = 0
+
+
+class RolloutParams(BaseModel):
+    max_new_tokens: int = 3000  # per round
+    temperature: float = 0.0
+    batch_size: int = 32
+    seed: int | None = None
+
+
+@dataclass
+class _Episode:
+    task: Task
+    messages: list[dict[str, str]]
+    trajectory: Trajectory
+    episode_id: str
+    partial: str = ""  # search protocol: the assistant text so far (responses injected inline)
+    started: float = field(default_factory=time.perf_counter)
+    ended: float | None = None
+    done: bool = False
+
+
+class RolloutEngine:
+    """Runs tasks through a model (``ChatClient``) and the KG tools with one protocol."""
+
+    def __init__(self, client: ChatClient, protocol: Protocol, tools: ToolClient | None, params: RolloutParams,
+                 *, name: str | None = None) -> None:
+        if protocol.uses_tools and tools is None:
+            raise ValueError(f"protocol {protocol.name!r} needs a tool client")
+        self.client, self.protocol, self.tools, self.params = client, protocol, tools, params
+        self.name = name or protocol.name
+
+    def _start(self, task: Task) -> _Episode:
+        user = self.protocol.user_prompt(task.question, task.domain, task.topic_entities)
+        if task.context:
+            user = f"{task.context}\n\n{user}"
+        messages = [{"role": "system", "content": self.protocol.system_prompt()}, {"role": "user", "content": user}]
+        trajectory = Trajectory(qa_id=task.qa_id, domain=task.domain, question=task.question,
+                                gold_answers=task.gold_answers, bucket=task.bucket, hops=task.hops,
+                                protocol=self.name, mode=self.protocol.mode, model=self.client.model, messages=[],
+                                sample=task.sample)
+        return _Episode(task=task, messages=messages, trajectory=trajectory, episode_id=uuid.uuid4().hex)
+
+    def _request(self, episode: _Episode) -> ChatRequest:
+        seed = None if self.params.seed is None else self.params.seed + episode.task.sample
+        return ChatRequest(messages=episode.messages, temperature=self.params.temperature,
+                           max_tokens=self.params.max_new_tokens, seed=seed, stop=self.protocol.stop,
+                           prefix=self.protocol.assistant_prefix() + episode.partial, tag=f"rollout.{self.name}")
+
+    def run(self, tasks: list[Task], *, progress: bool = True) -> list[Trajectory]:
+        """Every task's trajectory, in task order; batches of ``batch_size`` episodes at a time."""
+        results: list[Trajectory] = []
+        bar = tqdm(total=len(tasks), desc=f"rollouts {self.name}", unit="q", disable=not progress)
+        for start in range(0, len(tasks), self.params.batch_size):
+            episodes = [self._start(task) for task in tasks[start:start + self.params.batch_size]]
+            self._run_batch(episodes)
+            results.extend(self._finish(e) for e in episodes)
+            bar.update(len(episodes))
+        bar.close()
+        return results
+
+    def _run_batch(self, episodes: list[_Episode]) -> None:
+        for round_index in range(self.protocol.max_rounds):
+            live = [e for e in episodes if not e.done]
+            if not live:
+                return
+            replies = self.client.complete_many([self._request(e) for e in live])
+            calls: list[tuple[_Episode, str, str]] = []
+            for episode, reply in zip(live, replies, strict=True):
+                action_call = self._step(episode, reply, round_index)
+                if action_call is not None:
+                    calls.append((episode, *action_call))
+            self._execute(calls, round_index)
+            now = time.perf_counter()
+            for episode in live:
+                if episode.done and episode.ended is None:
+                    episode.ended = now
+        for episode in episodes:
+            if not episode.done:
+                episode.done, episode.trajectory.finish = True, "max_rounds"
+                self._close_partial(episode)
+
+    def _step(self, episode: _Episode, reply: ChatReply | LLMError, round_index: int) -> tuple[str, str] | None:
+        """Record one model turn; return (call text as written, call for the tool client) to execute."""
+        traj = episode.trajectory
+        traj.rounds += 1
+        if isinstance(reply, LLMError):
+            traj.format_errors.append("generation_failed")
+            episode.done, traj.finish = True, "no_action"
+            self._close_partial(episode)
+            return None
+        traj.generated_tokens += reply.completion_tokens
+        traj.prompt_tokens += reply.prompt_tokens
+        traj.turn_latency_s.append(reply.latency_s)
+        action = self.protocol.parse(reply.text)
+        traj.format_errors.extend(action.errors)
+        if action.think:
+            traj.think_text = f"{traj.think_text}\n{action.think}".strip()
+        turn_text = self.protocol.assistant_prefix() + action.text
+        if action.kind == "tool_call":
+            if self.protocol.inline_responses:
+                episode.partial += action.text
+            else:
+                episode.messages.append({"role": "assistant", "content": turn_text})
+            call = action.call
+            if isinstance(self.protocol, SearchProtocol):
+                call = self.protocol.search_call(action.call, episode.task.question)
+            return action.call, call
+        if action.kind == "answer":
+            traj.answer = action.answer
+            traj.finish = "answer"
+        else:
+            traj.finish = "max_tokens" if reply.finish_reason == "length" else "no_action"
+        episode.done = True
+        if self.protocol.inline_responses:
+            episode.partial += action.text
+            self._close_partial(episode)
+        else:
+            episode.messages.append({"role": "assistant", "content": turn_text})
+        return None
+
+    def _execute(self, calls: list[tuple[_Episode, str, str]], round_index: int) -> None:
+        """Run the round's calls in one batch (one HTTP request when the tools are remote)."""
+        if not calls:
+            return
+        start = time.perf_counter()
+        results = self.tools.batch([CallRequest(call=call, graph_type=episode.task.domain,  # type: ignore[union-attr]
+                                                episode_id=episode.episode_id) for episode, _, call in calls])
+        latency = (time.perf_counter() - start) / len(calls)
+        for (episode, written, _), result in zip(calls, results, strict=True):
+            episode.trajectory.tool_calls.append(ToolCallRecord(
+                round=round_index, text=written, name=result.name or None, arguments=result.arguments,
+                ok=result.ok, error_type=result.error_type.value if result.error_type else None,
+                response=result.content, latency_s=latency))
+            message = self.protocol.response_message(result.content)
+            if self.protocol.inline_responses:
+                episode.partial += f"\n{message}\n"
+            else:
+                episode.messages.append({"role": "user", "content": message})
+
+    def _close_partial(self, episode: _Episode) -> None:
+        if self.protocol.inline_responses and episode.partial:
+            episode.messages.append({"role": "assistant", "content": self.protocol.assistant_prefix() + episode.partial})
+            episode.partial = ""
+
+    def _finish(self, episode: _Episode) -> Trajectory:
+        traj = episode.trajectory
+        traj.messages = episode.messages
+        traj.latency_s = (episode.ended or time.perf_counter()) - episode.started
+        return traj

@@ -1,0 +1,206 @@
+"""Evaluation: roll a model (or a baseline) out on a QA split, score it, write the report.
+
+The model answers with tools under a protocol (``omne`` by default), or as one of the baselines:
+``direct`` / ``cot`` (no tools), ``tools`` (the base model with tools: the protocol itself),
+``retrieval`` (LightRAG-style: the entities nearest the question and their neighbourhoods in the
+prompt, one answer) and ``graph`` (the question's subgraph as a JSON list of triples, as EoG did).
+Greedy decoding by default; the prediction is the last ``<answer>`` block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pipelines.agent.client import InProcessToolClient, ToolClient
+from pipelines.agent.protocols import PROTOCOLS, DirectProtocol, Protocol
+from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS, KGToolbox
+from pipelines.agent.trajectory import Trajectory
+from pipelines.config import Params
+from pipelines.kg.errors import ArtifactMissingError
+from pipelines.lineage import read_manifest, relative_path
+from pipelines.llm.base import ChatClient
+from pipelines.qa.build import GOLD_FILE, qa_dir, read_jsonl
+from pipelines.qa.models import GoldPath, QAPair
+
+log = logging.getLogger(__name__)
+
+BASELINES = ("direct", "cot", "tools", "retrieval", "graph")
+TOOLS_OF = {"omne": OMNE_TOOLS, "kg_r1": KG_R1_TOOLS, "search": SEARCH_TOOLS}
+
+
+class EvalResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    folder: Path
+    metrics: Any  # EvalMetrics
+    trajectories: list[Trajectory]
+
+
+def load_split(params: Params, split: str) -> list[QAPair]:
+    path = qa_dir(params.artifacts_dir, "dataset") / f"{split}.jsonl"
+    if not path.is_file():
+        raise ArtifactMissingError(f"{path}: the QA dataset is not built (run `omne qa build` or `make run`)")
+    return read_jsonl(path, QAPair)
+
+
+def stable_sample(pairs: list[QAPair], per_bucket: int | None, seed: int) -> list[QAPair]:
+    """Up to ``per_bucket`` pairs of each bucket, chosen by a seeded hash of their ids (same in every run)."""
+    if per_bucket is None:
+        return pairs
+    def rank(pair: QAPair) -> str:
+        return hashlib.sha256(f"{seed}:{pair.id}".encode()).hexdigest()
+    chosen: list[QAPair] = []
+    for bucket in sorted({p.bucket for p in pairs}):
+        chosen += sorted((p for p in pairs if p.bucket == bucket), key=rank)[:per_bucket]
+    return chosen
+
+
+def load_gold_paths(params: Params) -> dict[str, GoldPath]:
+    path = qa_dir(params.artifacts_dir, "dataset") / GOLD_FILE
+    return {g.qa_id: g for g in read_jsonl(path, GoldPath)} if path.is_file() else {}
+
+
+def make_protocol(params: Params, protocol: str, baseline: str | None) -> Protocol:
+    agent = params.agent
+    if baseline in ("direct", "cot", "retrieval", "graph"):
+        return DirectProtocol(mode=agent.mode, style=baseline)
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
+    rounds = agent.kg_r1_max_queries + 1 if protocol == "kg_r1" else agent.max_rounds
+    return PROTOCOLS[protocol]([TOOL_SPECS[n] for n in TOOLS_OF[protocol]], max_rounds=rounds, mode=agent.mode)
+
+
+def retrieval_context(toolbox: KGToolbox, pair: QAPair, top_k: int) -> str:
+    """LightRAG-style single-shot retrieval: the entities nearest the question, with their neighbourhoods."""
+    graph = toolbox.graph(pair.domain)
+    vector = toolbox._embed(pair.question)  # noqa: SLF001 - the toolbox's own cached encoder
+    ids = [i for i, _ in graph.nearest(vector, top_k)] if graph.vectors is not None else []
+    facts = [toolbox.call(json.dumps({"name": "node_info", "arguments": {"node_name": graph.names[i],
+                                                                       "graph_type": pair.domain}})).content
+             for i in ids]
+    return "Knowledge-graph facts:\n" + "\n\n".join(facts)
+
+
+def graph_context(toolbox: KGToolbox, pair: QAPair, max_triples: int) -> str:
+    """EoG's graph-in-prompt: the start entity's 2-hop neighbourhood as a JSON list of triples."""
+    graph = toolbox.graph(pair.domain)
+    start = graph.lookup(pair.start_entity)
+    triples: list[list[str]] = [[e.src, e.keywords, e.dst] for e in pair.path_edges]  # the question's own path
+    if start is not None:
+        frontier, seen = [start], {start}
+        for _ in range(2):
+            nxt = []
+            for node in frontier:
+                for rel in graph.incident(node):
+                    src, dst = int(graph.rel_src[rel]), int(graph.rel_dst[rel])
+                    triple = [graph.names[src], graph.rel_keywords[rel], graph.names[dst]]
+                    if triple not in triples:
+                        triples.append(triple)
+                    other = dst if src == node else src
+                    if other not in seen:
+                        seen.add(other)
+                        nxt.append(other)
+            frontier = nxt
+    kept = triples[:max_triples]
+    kept.sort()  # the path's own triples must not stand out by position
+    return "Knowledge-graph triples (head, relation, tail):\n" + json.dumps(kept, ensure_ascii=False)
+
+
+def make_tasks(pairs: list[QAPair], toolbox: KGToolbox | None, params: Params, baseline: str | None,
+               samples: int) -> list[Task]:
+    tasks = []
+    for pair in pairs:
+        context = ""
+        if baseline == "retrieval" and toolbox is not None:
+            context = retrieval_context(toolbox, pair, params.eval.retrieval_top_k)
+        elif baseline == "graph" and toolbox is not None:
+            context = graph_context(toolbox, pair, params.eval.graph_max_triples)
+        for sample in range(samples):
+            tasks.append(Task(qa_id=pair.id, domain=pair.domain, question=pair.question, gold_answers=pair.answers,
+                              bucket=pair.bucket, hops=pair.hops, context=context, sample=sample))
+    return tasks
+
+
+def entity_resolver(toolbox: KGToolbox | None) -> Callable[[str, str], str | None] | None:
+    """(domain, text) -> the KG entity name with that normalised key, for answer sets."""
+    if toolbox is None:
+        return None
+
+    def resolve(domain: str, text: str) -> str | None:
+        try:
+            graph = toolbox.graph(domain)
+        except Exception:  # noqa: BLE001 - an unknown domain resolves nothing
+            return None
+        index = graph.lookup(text)
+        return graph.names[index] if index is not None else None
+
+    return resolve
+
+
+def run_name(model: str, protocol: str, baseline: str | None, split: str) -> str:
+    label = baseline if baseline and baseline != "tools" else protocol
+    return re.sub(r"[^a-z0-9_.-]+", "-", f"{Path(model).name}-{label}-{split}".lower()).strip("-")
+
+
+def evaluate(params: Params, model: str = "base", *, split: str | None = None, limit: int | None = None,
+             protocol: str | None = None, baseline: str | None = None, endpoint: str | None = None,
+             tools: ToolClient | None = None, client: ChatClient | None = None, name: str | None = None,
+             progress: bool = True) -> EvalResult:
+    """Roll out, score and report; the report folder is artifacts/reports/<run>/."""
+    from pipelines.agent.models import load_agent_model
+    from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
+    from pipelines.eval.report import write_report
+
+    split = split or params.eval.split
+    protocol = protocol or params.agent.protocol
+    if baseline is not None and baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
+    limit = limit if limit is not None else params.eval.limit
+    pairs = stable_sample(load_split(params, split), limit, params.eval.seed)
+    if not pairs:
+        raise ArtifactMissingError(f"the {split} split has no questions")
+    toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
+    toolbox.load_all()
+    chat = client or load_agent_model(model, params, endpoint=endpoint)
+    the_protocol = make_protocol(params, protocol, baseline)
+    tool_client = tools or InProcessToolClient(toolbox) if the_protocol.uses_tools else None
+    engine_params = RolloutParams(max_new_tokens=params.agent.max_new_tokens,
+                                  temperature=params.agent.temperature, batch_size=params.agent.batch_size,
+                                  seed=params.eval.seed)
+    label = baseline or protocol
+    engine = RolloutEngine(chat, the_protocol, tool_client, engine_params, name=label)
+    tasks = make_tasks(pairs, toolbox, params, baseline, params.eval.samples)
+    runs, trajectories = [], []
+    resolve = entity_resolver(toolbox)
+    gold = load_gold_paths(params)
+    run = name or run_name(chat.model, protocol, baseline, split)
+    started = time.perf_counter()
+    for repeat in range(params.eval.repeats):
+        engine.params = engine_params.model_copy(update={"seed": params.eval.seed + repeat * 1000})
+        repeat_start = time.perf_counter()
+        batch = engine.run(tasks, progress=progress)
+        runs.append(evaluate_trajectories(batch, run=run, model=chat.model, protocol=protocol, split=split,
+                                          baseline=baseline, wall_time_s=time.perf_counter() - repeat_start,
+                                          resolve=resolve, gold_paths=gold))
+        trajectories += batch
+    metrics = runs[0]
+    if len(runs) > 1:
+        metrics.repeats = repeats_summary(runs)
+    dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
+    inputs = {relative_path(qa_dir(params.artifacts_dir, "dataset") / f, params.root): sha
+              for f, sha in (dataset.files.items() if dataset else []) if f in (f"{split}.jsonl", GOLD_FILE)}
+    shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": split, "limit": limit,
+               "agent": params.section("agent"), "eval": params.section("eval"), "profile": params.profile,
+               "wall_time_s": round(time.perf_counter() - started, 2)}
+    folder = write_report(params.artifacts_dir / "reports" / run, metrics, trajectories, gold_paths=gold,
+                          inputs=inputs, params=shaping)
+    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories)

@@ -1,0 +1,62 @@
+"""What an evaluation report holds (metrics.json): scores per bucket, hop count and domain, plus the
+efficiency and behaviour figures of KG-R1's protocol and EoG's exploration metrics."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Scores(BaseModel):
+    """Answer quality over a group of questions (means over questions, in [0, 1])."""
+
+    n: int = 0
+    em: float = 0.0  # exact match after whitespace strip (the seed paper's metric)
+    norm_em: float = 0.0  # exact match after SQuAD-style normalisation (case, punctuation, articles)
+    f1: float = 0.0  # answer-set F1 (answers split, normalised, deduped, resolved to KG entities)
+    hit1: float = 0.0  # the first predicted answer is a gold answer
+    answered: float = 0.0  # share of episodes that produced an <answer>
+
+
+class Efficiency(BaseModel):
+    """KG-R1's efficiency protocol: token counts with one fixed tokenizer, latency, throughput."""
+
+    generated_tokens_mean: float = 0.0  # completion tokens per question, summed over turns
+    total_tokens_mean: float = 0.0  # prompt + completion tokens per question, summed over turns
+    latency_mean_s: float = 0.0
+    latency_sd_s: float = 0.0
+    latency_per_turn_mean_s: float = 0.0
+    turns_mean: float = 0.0
+    samples_per_s: float = 0.0  # batched throughput of the run
+    generated_tokens_per_s: float = 0.0
+    kg_calls_per_sample: float = 0.0
+
+
+class Behaviour(BaseModel):
+    format_errors_per_sample: float = 0.0
+    format_error_types: dict[str, int] = Field(default_factory=dict)
+    repeated_tool_calls_per_sample: float = 0.0  # same name and arguments as an earlier call
+    invalid_tool_calls_per_sample: float = 0.0  # calls that came back with an error
+    first_tool: dict[str, int] = Field(default_factory=dict)  # name of the first call -> episodes
+    tool_sequences: dict[str, int] = Field(default_factory=dict)  # "entity_matcher>node_info" -> episodes (top 20)
+    tool_calls_histogram: dict[str, int] = Field(default_factory=dict)  # calls per episode -> episodes
+    finish: dict[str, int] = Field(default_factory=dict)  # answer / max_rounds / max_tokens / no_action
+    retrieval_rate: float = 0.0  # share of episodes where a gold answer entity appears in a tool response
+    gold_triple_coverage: float = 0.0  # EoG: share of validated gold-path triples named in the think text
+    exploration_efficiency: float = 0.0  # EoG: gold triples named in think / all KG triples named in think
+    exploration_episodes: int = 0  # episodes with validated gold triples (0: exploration metrics not computed)
+
+
+class EvalMetrics(BaseModel):
+    run: str
+    model: str
+    protocol: str
+    baseline: str | None = None
+    split: str
+    overall: Scores
+    by_bucket: dict[str, Scores] = Field(default_factory=dict)
+    by_hops: dict[str, Scores] = Field(default_factory=dict)  # "1", "2", "3", ">=4"
+    by_domain: dict[str, Scores] = Field(default_factory=dict)
+    efficiency: Efficiency = Efficiency()
+    behaviour: Behaviour = Behaviour()
+    samples: int = 1  # N independent rollouts per question (N-run union when > 1)
+    repeats: dict[str, dict[str, float]] = Field(default_factory=dict)  # metric -> {"mean": .., "sd": ..} over seeds

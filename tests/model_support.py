@@ -1,0 +1,39 @@
+"""Tiny random models for tests: a 2-layer llama and a BPE tokenizer trained on a few KB of text,
+built from a config (no files, no hub). Greedy output is deterministic, so batching can be compared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+TEXT = ("The planet Mars orbits the Sun. Phobos and Deimos orbit Mars. Which moon orbits the planet "
+        "that orbits the Sun? Answer with the entity name only. <think> </think> <tool_call> </tool_call> "
+        "<answer> </answer> node_info(node_name=\"Mars\", graph_type=\"solar\") entity_matcher ") * 20
+
+
+def build_tiny_llama(folder: Path, text: str = TEXT, vocab_size: int = 300) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
+    raw = Tokenizer(models.BPE(unk_token=None))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.train_from_iterator([text, json.dumps({"question": "q", "answer": "a"})],
+                            trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    raw.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<|im_end|>",
+                                        bos_token="<|im_start|>")
+    tokenizer.chat_template = CHATML
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.bos_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

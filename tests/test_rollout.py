@@ -1,0 +1,177 @@
+"""The rollout engine: parsing of every model-output shape, caps, scripted policies through the real
+tools, and batched generation equal to one-at-a-time under greedy decoding (tiny random llama)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.agent.client import InProcessToolClient
+from pipelines.agent.protocols import DirectProtocol, KGR1Protocol, OmneProtocol, SearchProtocol
+from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS
+from pipelines.llm.base import ChatRequest
+from pipelines.llm.scripted import ScriptedChatClient
+
+
+def omne(max_rounds: int = 7, mode: str = "think") -> OmneProtocol:
+    return OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=max_rounds, mode=mode)
+
+
+@pytest.mark.parametrize(("text", "kind", "errors"), [
+    ('<think>find it</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>',
+     "tool_call", []),
+    ("<think>done</think><answer> Phobos </answer>", "answer", []),
+    ("Phobos is the answer.", "none", ["no_action"]),
+    ('<think>a</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call><answer>X</answer>',
+     "tool_call", []),
+    ('<think>a</think><answer>X</answer><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>',
+     "answer", []),
+    ("<think>still thinking", "none", ["unterminated_think", "no_action"]),
+    ('<think>go <tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>', "tool_call",
+     ["unterminated_think"]),
+    ("<think>x</think><answer>  </answer>", "answer", ["empty_answer"]),
+    ("<think>x</think><tool_response>Mars orbits Phobos</tool_response><answer>Phobos</answer>", "none",
+     ["fake_tool_response", "no_action"]),
+    ('<tool_call>entity_matcher(node_name="Mars", graph_type="solar")</tool_call>', "tool_call",
+     ["call_without_think"]),
+])
+def test_every_model_output_shape_parses(text: str, kind: str, errors: list[str]) -> None:
+    action = omne().parse(text)
+    assert action.kind == kind and action.errors == errors
+    if kind == "answer":
+        assert action.answer == text.split("<answer>")[1].split("</answer>")[0].strip()
+    assert "<tool_response>" not in action.text  # an imitated response never enters the conversation
+
+
+def test_two_calls_in_one_turn_take_the_first() -> None:
+    text = ('<think>a</think><tool_call>entity_matcher(node_name="Mars", graph_type="solar")</tool_call>'
+            '<tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>')
+    action = omne().parse(text)
+    assert action.call.startswith("entity_matcher") and "several_calls" in action.errors
+
+
+def test_other_protocols_parse_their_tags() -> None:
+    kg = KGR1Protocol([TOOL_SPECS[n] for n in KG_R1_TOOLS], max_rounds=6).parse(
+        '<think>t</think><kg-query>get_tail_relations("Mars")</kg-query>')
+    assert kg.kind == "tool_call" and kg.call == 'get_tail_relations("Mars")'
+    assert KGR1Protocol([], max_rounds=6).parse("<information>fake</information><answer>x</answer>").errors[0] == \
+        "fake_tool_response"
+    search = SearchProtocol([TOOL_SPECS[n] for n in SEARCH_TOOLS], max_rounds=4)
+    action = search.parse("<think>I need Mars <search>Mars</search>")
+    assert action.kind == "tool_call" and action.call == "Mars"
+    assert json.loads(search.search_call("Mars", "Which moon?"))["arguments"] == {"entity": "Mars", "question": "Which moon?"}
+
+
+def _gold_path_policy(path: list[str], answer: str, domain: str):  # noqa: ANN202
+    """A scripted model that finds the start entity, walks the gold path with node_info, answers."""
+
+    def reply(request: ChatRequest) -> str:
+        done = sum(m["role"] == "assistant" for m in request.messages)
+        responses = [m["content"] for m in request.messages if m["content"].startswith("<tool_response>")]
+        if done == 0:
+            return f'<think>Find {path[0]}.</think><tool_call>entity_matcher(node_name="{path[0]}", graph_type="{domain}")</tool_call>'
+        if done <= len(path) - 1:
+            assert path[done - 1] in responses[-1]  # the real tool response names the entity reached
+            return (f"<think>Look at {path[done - 1]}.</think>"
+                    f'<tool_call>node_info(node_name="{path[done - 1]}", graph_type="{domain}")</tool_call>')
+        assert answer in responses[-1]
+        return f"<think>The answer is {answer}.</think><answer>{answer}</answer>"
+
+    return reply
+
+
+def test_a_policy_following_the_gold_path_answers_right_and_a_wrong_one_does_not(toolbox) -> None:  # noqa: ANN001
+    tools = InProcessToolClient(toolbox)
+    task = Task(qa_id="q1", domain="solar", question="Which moon orbits the planet Mars?", gold_answers=["Phobos"],
+                bucket="1-2", hops=1)
+    right = RolloutEngine(ScriptedChatClient(_gold_path_policy(["Mars", "Phobos"], "Phobos", "solar")), omne(),
+                          tools, RolloutParams()).run([task], progress=False)[0]
+    assert right.answer == "Phobos" and right.finish == "answer" and right.rounds == 3
+    assert [c.name for c in right.tool_calls] == ["entity_matcher", "node_info"]
+    assert all(c.ok for c in right.tool_calls) and "Phobos" in right.tool_calls[1].response
+    roles = [m["role"] for m in right.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert right.messages[3]["content"].startswith("<tool_response>\n") and "<tools>" in right.messages[0]["content"]
+    assert "Find Mars." in right.think_text and right.generated_tokens > 0
+
+    wrong = RolloutEngine(ScriptedChatClient(["<think>Guess.</think><answer>Deimos</answer>"]), omne(), tools,
+                          RolloutParams()).run([task], progress=False)[0]
+    assert wrong.answer == "Deimos" and wrong.tool_calls == [] and wrong.rounds == 1
+
+
+def test_round_cap_and_fake_responses_are_never_executed(toolbox) -> None:  # noqa: ANN001
+    tools = InProcessToolClient(toolbox)
+    task = Task(qa_id="q", domain="solar", question="?", gold_answers=["Sun"])
+    looping = ScriptedChatClient(lambda r: '<think>again</think><tool_call>node_info(node_name="Mars", '
+                                           'graph_type="solar")</tool_call>')
+    capped = RolloutEngine(looping, omne(max_rounds=3), tools, RolloutParams()).run([task], progress=False)[0]
+    assert capped.finish == "max_rounds" and capped.rounds == 3 and len(capped.tool_calls) == 3 and capped.answer is None
+    faker = ScriptedChatClient(["<think>x</think><tool_response>Sun</tool_response><tool_call>node_info("
+                                'node_name="Sun", graph_type="solar")</tool_call>'])
+    faked = RolloutEngine(faker, omne(), tools, RolloutParams()).run([task], progress=False)[0]
+    assert faked.tool_calls == [] and faked.finish == "no_action" and "fake_tool_response" in faked.format_errors
+    assert "<tool_response>" not in faked.messages[-1]["content"]
+
+
+def test_search_protocol_injects_triples_into_the_same_reasoning(toolbox) -> None:  # noqa: ANN001
+    tools = InProcessToolClient(toolbox)
+    search = SearchProtocol([TOOL_SPECS[n] for n in SEARCH_TOOLS], max_rounds=4)
+    script = ScriptedChatClient(lambda r: "<think>Mars first <search>Mars</search>" if not r.prefix else
+                                "then it is clear.</think><answer>Phobos</answer>")
+    traj = RolloutEngine(script, search, tools, RolloutParams()).run(
+        [Task(qa_id="s", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"])],
+        progress=False)[0]
+    assert traj.answer == "Phobos" and len(traj.tool_calls) == 1 and traj.tool_calls[0].name == "search"
+    assert [m["role"] for m in traj.messages] == ["system", "user", "assistant"]
+    final = traj.messages[-1]["content"]
+    assert "<searched_triples>" in final and final.index("<searched_triples>") < final.index("<answer>")
+    assert script.requests[1].prefix.endswith("</searched_triples>\n")
+
+
+def test_no_think_mode_prefixes_an_empty_think() -> None:
+    client = ScriptedChatClient(["<answer>Sun</answer>"])
+    traj = RolloutEngine(client, DirectProtocol(mode="no_think"), None, RolloutParams()).run(
+        [Task(qa_id="d", domain="solar", question="What does Earth orbit?", gold_answers=["Sun"])], progress=False)[0]
+    assert client.requests[0].prefix == "<think>\n\n</think>\n" and traj.answer == "Sun"
+    assert traj.messages[-1]["content"].startswith("<think>\n\n</think>\n")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.model_support import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+def test_batched_rollouts_equal_one_at_a_time_under_greedy(tiny_llama: Path, toolbox) -> None:  # noqa: ANN001
+    from pipelines.llm.local import TransformersChatClient
+
+    tasks = [Task(qa_id=str(i), domain="solar", question=q, gold_answers=["Phobos"]) for i, q in enumerate(
+        ["Which moon orbits Mars?", "What orbits the Sun?", "Phobos?", "Which planet has the moon Deimos?",
+         "Name a moon.", "Mars"])]
+    tools = InProcessToolClient(toolbox)
+    params = RolloutParams(max_new_tokens=24, batch_size=6)
+    batched = RolloutEngine(TransformersChatClient(tiny_llama, batch_size=6, device="cpu"), omne(max_rounds=2),
+                            tools, params).run(tasks, progress=False)
+    single = RolloutEngine(TransformersChatClient(tiny_llama, batch_size=1, device="cpu"), omne(max_rounds=2),
+                           tools, params.model_copy(update={"batch_size": 1})).run(tasks, progress=False)
+    for a, b in zip(batched, single, strict=True):
+        assert a.messages == b.messages and a.generated_tokens == b.generated_tokens and a.finish == b.finish
+    assert all(t.generated_tokens <= 24 * t.rounds for t in batched)
+    assert {t.finish for t in batched} <= {"max_tokens", "no_action", "answer", "max_rounds"}
+
+
+def test_token_cap_ends_an_episode(tiny_llama: Path, toolbox) -> None:  # noqa: ANN001
+    from pipelines.llm.local import TransformersChatClient
+
+    client = TransformersChatClient(tiny_llama, batch_size=2, device="cpu")
+    traj = RolloutEngine(client, omne(), InProcessToolClient(toolbox), RolloutParams(max_new_tokens=5)).run(
+        [Task(qa_id="t", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"])],
+        progress=False)[0]
+    # a random model writes no tags: the first turn either hits the 5-token cap or ends (EOS) before it
+    assert traj.rounds == 1 and not traj.tool_calls and traj.answer is None
+    assert (traj.finish, traj.generated_tokens) == ("max_tokens", 5) or \
+        (traj.finish == "no_action" and traj.generated_tokens <= 5)
