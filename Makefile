@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup run test bench clean dagster
+.PHONY: setup browser run test bench clean dagster
 setup: $(STAMP)
 
 # torch first, pinned: its CPU wheel lies on local disk and pip takes it; anything else would
@@ -28,7 +28,23 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 run: setup
 	$(BIN)/omne run
 
-test: setup
+# The browser tests (report pages, Dagster UI) drive Debian's chromium through the PyPI package
+# playwright; `playwright install` is never used (it downloads browsers and fails here).
+# Installs chromium only when it is missing, and only as root (CI runs as root); else says how.
+CHROMIUM := /usr/bin/chromium
+browser:
+	@if [ -x $(CHROMIUM) ]; then exit 0; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium for the browser tests (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null && \
+	  test -x $(CHROMIUM); \
+	else \
+	  echo "$(CHROMIUM) is missing: the browser tests need it. Install it as root:" >&2; \
+	  echo "  sudo apt-get update && sudo apt-get install -y chromium   (or run 'make browser' as root)" >&2; \
+	  exit 1; \
+	fi
+
+test: setup browser
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup

@@ -130,18 +130,18 @@ def make_tasks(pairs: list[QAPair], toolbox: KGToolbox | None, params: Params, b
     return tasks
 
 
-def entity_resolver(toolbox: KGToolbox | None) -> Callable[[str, str], str | None] | None:
-    """(domain, text) -> the KG entity name with that normalised key, for answer sets."""
+def entity_resolver(toolbox: KGToolbox | None) -> Callable[[str], str | None] | None:
+    """text -> the canonical name of the KG entity with that normalised key (in any loaded domain)."""
     if toolbox is None:
         return None
+    graphs = [toolbox.graph(d) for d in toolbox.built_domains()]
 
-    def resolve(domain: str, text: str) -> str | None:
-        try:
-            graph = toolbox.graph(domain)
-        except Exception:  # noqa: BLE001 - an unknown domain resolves nothing
-            return None
-        index = graph.lookup(text)
-        return graph.names[index] if index is not None else None
+    def resolve(text: str) -> str | None:
+        for graph in graphs:
+            index = graph.lookup(text)
+            if index is not None:
+                return graph.names[index]
+        return None
 
     return resolve
 

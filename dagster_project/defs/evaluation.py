@@ -1,0 +1,53 @@
+"""Evaluation stage: `eval_report`, a model (or baseline) rolled out on the QA test split, scored and reported.
+
+GPU work runs in the `gpu` pool (one run at a time per GPU by default, see dagster.yaml pools) and
+carries the op tags that dagster-k8s reads to request a GPU for the step's pod.
+"""
+
+import dagster as dg
+
+from dagster_project.defs.qa import qa_dataset
+from dagster_project.defs.resources import OmneResource
+from pipelines.eval.report import METRICS_FILE, PLOTS_DIR
+from pipelines.eval.runner import evaluate
+
+GPU_TAGS = {"dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}}
+
+
+class EvalConfig(dg.Config):
+    """Which model and protocol to evaluate (empty / 0: what params.yaml says)."""
+
+    model: str = "base"  # base, a local transformers folder or PEFT adapter folder
+    protocol: str = ""  # omne | kg_r1 | search
+    baseline: str = ""  # direct | cot | tools | retrieval | graph
+    split: str = ""
+    limit: int = 0  # questions per bucket
+
+
+@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[qa_dataset], pool="gpu", op_tags=GPU_TAGS,
+          check_specs=[dg.AssetCheckSpec("report_complete", asset="eval_report", blocking=True,
+                                         description="every question has a prediction and every metric group is filled")])
+def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: OmneResource) -> dg.MaterializeResult:
+    """EM / F1 / Hit@1 per bucket, hop and domain, efficiency and behaviour metrics, report.html."""
+    params = omne.params()
+    result = evaluate(params, config.model, split=config.split or None, limit=config.limit or None,
+                      protocol=config.protocol or None, baseline=config.baseline or None, progress=False)
+    metrics = result.metrics
+    rows = ["| group | n | EM | F1 | Hit@1 |", "|---|---:|---:|---:|---:|"]
+    for label, scores in [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items()),
+                          *((f"hops {k}", v) for k, v in metrics.by_hops.items()),
+                          *((f"domain {k}", v) for k, v in metrics.by_domain.items())]:
+        rows.append(f"| {label} | {scores.n} | {scores.em:.3f} | {scores.f1:.3f} | {scores.hit1:.3f} |")
+    predicted = {t.qa_id for t in result.trajectories}
+    complete = bool(predicted) and metrics.overall.n == len(predicted) and bool(metrics.by_bucket)
+    return dg.MaterializeResult(
+        metadata={"path": dg.MetadataValue.path(str(result.folder)), "run": metrics.run, "model": metrics.model,
+                  "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
+                  "metrics_table": dg.MetadataValue.md("\n".join(rows)),
+                  "metrics": dg.MetadataValue.path(str(result.folder / METRICS_FILE)),
+                  "plot_accuracy_by_bucket": dg.MetadataValue.path(
+                      str(result.folder / PLOTS_DIR / "accuracy_by_bucket.png")),
+                  "report": dg.MetadataValue.url(f"file://{result.folder / 'report.html'}")},
+        check_results=[dg.AssetCheckResult(check_name="report_complete", passed=complete,
+                                           metadata={"questions": len(predicted), "scored": metrics.overall.n})],
+    )

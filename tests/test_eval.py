@@ -1,0 +1,107 @@
+"""Evaluation end to end on the solar domain: scripted policies through the real tools score EM 1.0
+and 0.0, baselines put their context in the prompt, and `omne eval` runs a real (tiny) local model."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import Params
+from pipelines.eval.runner import evaluate, load_split
+from pipelines.llm.base import ChatRequest
+from pipelines.llm.scripted import ScriptedChatClient
+from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+from tests.conftest import cli_env
+
+
+@pytest.fixture(scope="module")
+def solar_qa(solar: Params) -> Params:
+    build_seed_subgraphs("solar", solar)
+    build_qa_pairs("solar", solar)
+    build_gold_paths("solar", solar)
+    build_qa_dataset(solar, ["solar"])
+    return solar
+
+
+def gold_policy(params: Params):  # noqa: ANN201
+    """Answers every question by walking its gold path with entity_matcher and node_info."""
+    pairs = {p.question: p for split in ("train", "val", "test") for p in load_split(params, split)}
+
+    def reply(request: ChatRequest) -> str:
+        question = re.search(r"^Question: (.*)$", request.messages[1]["content"], re.M).group(1)
+        pair = pairs[question]
+        done = sum(m["role"] == "assistant" for m in request.messages)
+        if done == 0:
+            return (f"<think>Find {pair.path[0]}.</think><tool_call>entity_matcher(node_name=\"{pair.path[0]}\", "
+                    f"graph_type=\"{pair.domain}\")</tool_call>")
+        if done <= len(pair.path) - 1:
+            node = pair.path[done - 1]
+            return f"<think>{node} leads on.</think><tool_call>node_info(node_name=\"{node}\", graph_type=\"{pair.domain}\")</tool_call>"
+        return f"<think>So it is {pair.answer}.</think><answer>{pair.answer}</answer>"
+
+    return reply
+
+
+def test_gold_path_policy_scores_one_and_a_wrong_policy_zero(solar_qa: Params) -> None:
+    result = evaluate(solar_qa, client=ScriptedChatClient(gold_policy(solar_qa), model="gold-policy"), split="train",
+                      limit=50, progress=False, name="gold")
+    pairs = load_split(solar_qa, "train")
+    metrics = result.metrics
+    assert metrics.overall.n == len(pairs) > 0
+    assert (metrics.overall.em, metrics.overall.f1, metrics.overall.hit1) == (1.0, 1.0, 1.0)
+    assert metrics.behaviour.retrieval_rate == 1.0 and metrics.efficiency.kg_calls_per_sample >= 2
+    assert all(t.correct for t in result.trajectories)
+    folder = result.folder
+    assert folder == solar_qa.artifacts_dir / "reports" / "gold"
+    for name in ("metrics.json", "predictions.jsonl", "report.html", "manifest.json"):
+        assert (folder / name).is_file()
+    assert len((folder / "predictions.jsonl").read_text().splitlines()) == len(pairs)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["kind"] == "eval_report" and any(k.endswith("train.jsonl") for k in manifest["inputs"])
+
+    wrong = evaluate(solar_qa, client=ScriptedChatClient(lambda r: "<think>?</think><answer>Pluto</answer>"),
+                     split="train", limit=50, progress=False, name="wrong")
+    assert wrong.metrics.overall.em == 0.0 and wrong.metrics.overall.answered == 1.0
+
+
+def test_baselines_put_their_context_in_the_prompt(solar_qa: Params) -> None:
+    pair = load_split(solar_qa, "train")[0]
+    for baseline, marker in (("graph", "Knowledge-graph triples (head, relation, tail):"),
+                             ("retrieval", "Knowledge-graph facts:")):
+        client = ScriptedChatClient(lambda r: f"<answer>{pair.answer}</answer>")
+        result = evaluate(solar_qa, client=client, split="train", limit=50, baseline=baseline, progress=False,
+                          name=f"b-{baseline}")
+        prompts = [r.messages[1]["content"] for r in client.requests]
+        assert all(marker in p for p in prompts) and all("<tools>" not in r.messages[0]["content"]
+                                                         for r in client.requests)
+        assert result.metrics.baseline == baseline and result.trajectories[0].tool_calls == []
+    direct = ScriptedChatClient(lambda r: "<answer>x</answer>")
+    evaluate(solar_qa, client=direct, split="train", limit=50, baseline="direct", progress=False, name="b-direct")
+    assert "Knowledge-graph" not in direct.requests[0].messages[1]["content"]
+
+
+def test_graph_baseline_contains_the_question_path(solar_qa: Params) -> None:
+    pair = next(p for p in load_split(solar_qa, "train"))
+    client = ScriptedChatClient(lambda r: "<answer>x</answer>")
+    evaluate(solar_qa, client=client, split="train", limit=50, baseline="graph", progress=False, name="b-graph2")
+    prompt = next(r.messages[1]["content"] for r in client.requests if pair.question in r.messages[1]["content"])
+    triples = json.loads(prompt.split("Knowledge-graph triples (head, relation, tail):\n", 1)[1].split("\n\n")[0])
+    for edge in pair.path_edges:
+        assert [edge.src, edge.keywords, edge.dst] in triples
+
+
+def test_omne_eval_cli_runs_a_local_model(solar_qa: Params, tmp_path: Path) -> None:
+    from tests.model_support import build_tiny_llama
+
+    model = build_tiny_llama(tmp_path / "tiny-llama")
+    result = subprocess.run(["omne", "eval", "--model", str(model), "--split", "train", "--limit", "2",
+                             "--name", "tiny"], cwd=solar_qa.root, env=cli_env(), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "omne evaluation" in result.stdout and "report:" in result.stdout
+    metrics = json.loads((solar_qa.artifacts_dir / "reports" / "tiny" / "metrics.json").read_text())
+    assert metrics["model"].startswith("tiny-llama-") and metrics["overall"]["n"] >= 1

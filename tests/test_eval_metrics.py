@@ -1,0 +1,310 @@
+"""Evaluation metrics on hand-built trajectories, with exact expected numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.agent.trajectory import ToolCallRecord, Trajectory
+from pipelines.eval.metrics import (  # _triple_alternatives: the readings behaviour() counts
+    _triple_alternatives,
+    aggregate,
+    answer_set,
+    behaviour,
+    efficiency,
+    evaluate_trajectories,
+    exact_match,
+    exploration_scores,
+    gold_triples,
+    group_scores,
+    hit_at_1,
+    hops_key,
+    normalise_answer,
+    normalised_em,
+    parse_triples,
+    repeats_summary,
+    score_trajectories,
+    set_f1,
+    triple_named,
+)
+from pipelines.eval.schema import EvalMetrics, Scores
+from pipelines.qa.models import GoldPath, GoldPathItem, PathEdge
+
+
+def traj(qa_id: str = "q1", answer: str | None = "Paris", gold: list[str] | None = None, **kw) -> Trajectory:
+    fields = dict(qa_id=qa_id, domain="geo", question="Which city?", gold_answers=gold or ["Paris"],
+                  bucket="1-2", hops=2, protocol="omne", messages=[], answer=answer,
+                  finish="answer" if answer is not None else "max_rounds")
+    fields.update(kw)
+    return Trajectory(**fields)
+
+
+def call(name: str | None, response: str = "", ok: bool = True, round: int = 0, **arguments) -> ToolCallRecord:
+    text = f"{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})" if name else "garbage("
+    return ToolCallRecord(round=round, text=text, name=name, arguments=arguments, ok=ok,
+                          error_type=None if ok else "entity_not_found", response=response)
+
+
+# a resolver that knows a few KG entities, one of them with a comma in its name
+ENTITIES = {"paris": "Paris", "paris, texas": "Paris, Texas", "lyon": "Lyon", "washington, d.c.": "Washington, D.C."}
+
+
+def resolve(name: str) -> str | None:
+    return ENTITIES.get(name.strip().casefold())
+
+
+# ----- answers -----------------------------------------------------------------------------------------
+def test_exact_match_strips_whitespace_but_keeps_case() -> None:
+    assert exact_match("  Paris \n", ["Lyon", "Paris"])
+    assert not exact_match("paris", ["Paris"])
+    assert normalised_em("paris", ["Paris"])
+    assert normalised_em("The Paris.", ["paris"])
+    assert not normalised_em("", [""])
+    assert normalise_answer("  The  Eiffel Tower. ") == "eiffel tower"
+    assert normalise_answer("An apple, a day") == "apple day"
+
+
+def test_set_f1_multi_answer() -> None:
+    predicted = answer_set("Paris, Lyon")
+    assert predicted == ["paris", "lyon"]
+    assert set_f1(predicted, ["Paris", "Marseille"]) == pytest.approx(0.5)  # P 1/2, R 1/2
+    assert set_f1(["paris"], ["Paris", "Marseille"]) == pytest.approx(2 / 3)  # P 1, R 1/2
+    assert set_f1(["Paris", "Marseille"], ["marseille", "PARIS"]) == 1.0
+    assert set_f1(["Lyon"], ["Paris"]) == 0.0
+
+
+def test_hit_at_1_depends_on_order() -> None:
+    assert hit_at_1(["paris", "lyon"], ["Paris"])
+    assert not hit_at_1(["lyon", "paris"], ["Paris"])
+    assert hit_at_1(answer_set("Paris and Lyon"), ["Paris"])
+    assert not hit_at_1(answer_set("Lyon and Paris"), ["Paris"])
+
+
+def test_json_list_answers() -> None:
+    assert answer_set('["Paris", "Lyon", "paris"]') == ["paris", "lyon"]
+    assert answer_set("['Paris', 'Lyon']") == ["paris", "lyon"]
+    assert answer_set('[["Paris"], "Lyon"]') == ["paris", "lyon"]
+    # JSON items are explicit: a comma inside one stays inside it
+    assert answer_set('["Paris, Texas", "Lyon"]') == ["paris texas", "lyon"]
+
+
+def test_separators_and_list_markers() -> None:
+    assert answer_set("1. Paris\n2. Lyon\n- Nice; Nice | Rome and Milan") == ["paris", "lyon", "nice", "rome", "milan"]
+    assert answer_set("1,000") == ["1000"]  # a number's thousands comma is not a separator
+
+
+def test_entity_with_comma_resolved_whole() -> None:
+    assert answer_set("Paris, Texas") == ["paris", "texas"]  # without a resolver it is two answers
+    assert answer_set("Paris, Texas", resolve) == ["paris texas"]
+    assert answer_set("Lyon; Paris, Texas and Washington, D.C.", resolve) == ["lyon", "paris texas", "washington dc"]
+    assert answer_set("Lyon, Paris", resolve) == ["lyon", "paris"]
+    assert answer_set("Springfield, Lyon", resolve) == ["springfield", "lyon"]  # unresolvable stays text
+    assert set_f1(answer_set("Paris, Texas", resolve), ["Paris, Texas"]) == 1.0
+
+
+def test_empty_and_missing_predictions() -> None:
+    assert answer_set(None) == []
+    assert answer_set("   ") == []
+    assert answer_set("[]") == []
+    assert not exact_match(None, ["Paris"])
+    assert set_f1([], ["Paris"]) == 0.0
+    assert set_f1(["paris"], []) == 0.0
+    assert not hit_at_1([], ["Paris"])
+    none, empty = score_trajectories([traj("a", answer=None), traj("b", answer="")])
+    assert (none.answered, none.em, none.f1, none.hit1) == (False, False, 0.0, False)
+    assert (empty.answered, empty.em, empty.f1, empty.hit1) == (True, False, 0.0, False)
+    assert aggregate([]) == Scores()
+
+
+# ----- N-run union and grouping -----------------------------------------------------------------------
+def test_n_run_union_raises_f1() -> None:
+    gold = ["Paris", "Marseille"]
+    first = traj("q", answer="Paris, Lyon", gold=gold, sample=0)
+    second = traj("q", answer="Marseille", gold=gold, sample=1)
+    (alone,) = score_trajectories([first])
+    assert alone.f1 == pytest.approx(0.5)
+    (union,) = score_trajectories([second, first])  # order of the records does not matter
+    assert union.samples == 2
+    assert union.predicted == ["paris", "lyon", "marseille"]  # sample order
+    assert union.f1 == pytest.approx(0.8)  # P 2/3, R 1
+    assert union.hit1  # sample 0's top answer is gold
+    assert not alone.em and union.em  # sample 1's "Marseille" is exactly a gold answer
+
+
+def test_n_run_union_em_and_hit_from_any_sample() -> None:
+    (alone,) = score_trajectories([traj("q", answer="Lyon", sample=0)])
+    assert (alone.em, alone.hit1) == (False, False)
+    (union,) = score_trajectories([traj("q", answer="Lyon", sample=0), traj("q", answer=" Paris", sample=1)])
+    assert (union.em, union.norm_em, union.hit1, union.f1) == (True, True, True, pytest.approx(2 / 3))
+
+
+def test_group_counts_by_bucket_hops_domain() -> None:
+    trajs = [
+        traj("a", hops=1, bucket="1-2", domain="geo"),
+        traj("b", hops=2, bucket="1-2", domain="geo", answer="Lyon"),
+        traj("c", hops=3, bucket="3+", domain="bio"),
+        traj("d", hops=4, bucket="3+", domain="bio", answer="Lyon"),
+        traj("e", hops=6, bucket="3+", domain="bio"),
+        traj("f", hops=None, bucket=None, domain="cwq"),  # an external question: no bucket, no hops
+    ]
+    scores = score_trajectories(trajs)
+    by_bucket = group_scores(scores, "bucket")
+    assert {k: v.n for k, v in by_bucket.items()} == {"1-2": 2, "3+": 3}
+    assert by_bucket["3+"].em == pytest.approx(2 / 3)
+    by_hops = group_scores(scores, "hops")
+    assert list(by_hops) == ["1", "2", "3", ">=4"]
+    assert {k: v.n for k, v in by_hops.items()} == {"1": 1, "2": 1, "3": 1, ">=4": 2}
+    assert by_hops[">=4"].em == 0.5 and by_hops["2"].em == 0.0
+    by_domain = group_scores(scores, "domain")
+    assert {k: v.n for k, v in by_domain.items()} == {"bio": 3, "cwq": 1, "geo": 2}
+    overall = aggregate(scores)
+    assert overall.n == 6 and overall.em == pytest.approx(4 / 6) and overall.answered == 1.0
+    assert hops_key(None) is None and hops_key(9) == ">=4"
+
+
+# ----- behaviour ---------------------------------------------------------------------------------------
+def test_repeated_invalid_calls_and_distributions() -> None:
+    first = traj("a", tool_calls=[
+        call("node_info", node_name="Paris", graph_type="geo"),
+        call("node_info", node_name=" paris ", graph_type="geo"),  # same call up to case and space
+        call("entity_matcher", node_name="Paris", graph_type="geo"),  # another tool: not a repeat
+        call("node_info", node_name="Lyon", graph_type="geo", ok=False),
+        call("node_info", node_name="Paris", graph_type="geo"),
+    ], format_errors=["no_action"])
+    second = traj("b", tool_calls=[call(None, ok=False), call(None, ok=False)],
+                  format_errors=["fake_tool_response", "no_action"], finish="max_rounds")
+    third = traj("c", answer="Paris")
+    b = behaviour([first, second, third])
+    assert b.repeated_tool_calls_per_sample == pytest.approx(3 / 3)  # 2 + 1 (the same garbage twice) + 0
+    assert b.invalid_tool_calls_per_sample == pytest.approx(3 / 3)
+    assert b.format_errors_per_sample == 1.0
+    assert b.format_error_types == {"fake_tool_response": 1, "no_action": 2}
+    assert b.first_tool == {"invalid": 1, "node_info": 1, "none": 1}
+    assert b.tool_sequences["node_info>node_info>entity_matcher>node_info>node_info"] == 1
+    assert b.tool_sequences["invalid>invalid"] == 1
+    assert b.tool_calls_histogram == {"0": 1, "2": 1, "5": 1}
+    assert b.finish == {"answer": 2, "max_rounds": 1}
+    assert b.exploration_episodes == 0
+
+
+def test_retrieval_rate_whole_names_in_successful_responses() -> None:
+    found = traj("a", gold=["Sun"], tool_calls=[call("node_info", "Entity: Mercury\n1. Mercury -[orbits]-> Sun")])
+    partial = traj("b", gold=["Sun"], tool_calls=[call("node_info", "Entity: Sunflower")])  # not the whole name
+    echoed = traj("c", gold=["Sun"], tool_calls=[call("node_info", 'Entity "Sun" not found', ok=False)])
+    silent = traj("d", gold=["Sun"])
+    assert behaviour([found, partial, echoed, silent]).retrieval_rate == pytest.approx(0.25)
+
+
+NODE_INFO = """Entity: Mercury
+Type: planet
+Description: The smallest planet.
+Relations (3):
+1. Mercury -[orbits]-> Sun: Mercury orbits the Sun.
+2. Venus -[near]-> Mercury: neighbours
+3. Mercury -[named after]-> Hermes"""
+
+
+def gold_path(qa: str) -> GoldPath:
+    return GoldPath(qa_id=qa, domain="geo", paths=[
+        GoldPathItem(nodes=["Mercury", "Sun", "Solar System"], valid=True, edges=[
+            PathEdge(src="Mercury", keywords="orbits", dst="Sun"),
+            PathEdge(src="Sun", keywords="part of", dst="Solar System")]),
+        GoldPathItem(nodes=["Mercury", "Hermes"], valid=False,  # rejected paths never count
+                     edges=[PathEdge(src="Mercury", keywords="named after", dst="Hermes")]),
+    ])
+
+
+def test_parse_triples_formats() -> None:
+    assert parse_triples(NODE_INFO) == [("Mercury", "orbits", "Sun"), ("Venus", "near", "Mercury"),
+                                        ("Mercury", "named after", "Hermes")]
+    assert parse_triples("1. Mercury -[orbits]-- Sun") == [("Mercury", "orbits", "Sun")]  # undirected graph
+    search = 'Triples of "Sun" relevant to the question:\n(Sun, part of, Solar System)\n(Mercury, orbits, Sun)'
+    assert parse_triples(search) == [("Sun", "part of", "Solar System"), ("Mercury", "orbits", "Sun")]
+    kg_r1 = 'Tail entities for entity "Sun" with relation "has planet": Mercury, Venus, … 6 more'
+    assert parse_triples(kg_r1) == [("Sun", "has planet", "Mercury"), ("Sun", "has planet", "Venus")]
+    head = 'Head entities for entity "Sun" with relation "orbits": Mercury'
+    assert parse_triples(head) == [("Mercury", "orbits", "Sun")]
+    assert parse_triples('[["a", "r", "b"]]') == [("a", "r", "b")]
+    assert parse_triples("Found 2 entities matching 'Sun':\n1. Entity: Sun Description: a star") == []
+
+
+def test_gold_triple_coverage_and_exploration_efficiency() -> None:
+    assert gold_triples(gold_path("q")) == [("Mercury", "orbits", "Sun"), ("Sun", "part of", "Solar System")]
+    think = "Mercury orbits the Sun. Venus is near Mercury. The sun is in the solar system."
+    explored = traj("q1", gold=["Sun"], think_text=think,
+                    tool_calls=[call("node_info", NODE_INFO, node_name="Mercury", graph_type="geo")])
+    # gold: (Mercury, orbits, Sun) named, (Sun, part of, Solar System) not ("part of" missing) -> coverage 1/2
+    # named KG triples: orbits (gold) and near; "named after"/Hermes is not named -> efficiency 1/2
+    blank = traj("q2", gold=["Sun"], think_text="", tool_calls=[call("node_info", NODE_INFO)])
+    no_gold = traj("q3", think_text=think, tool_calls=[call("node_info", NODE_INFO)])  # no gold path: left out
+    b = behaviour([explored, blank, no_gold], gold_paths={"q1": gold_path("q1"), "q2": gold_path("q2")})
+    assert b.exploration_episodes == 2
+    assert b.gold_triple_coverage == pytest.approx(0.25)  # (1/2 + 0) / 2
+    assert b.exploration_efficiency == pytest.approx(0.25)  # (1/2 + 0: nothing named) / 2
+    assert b.retrieval_rate == pytest.approx(2 / 3)  # q3's gold (Paris) is in no response
+    (only,) = [behaviour([explored], gold_paths={"q1": gold_path("q1")})]
+    assert (only.gold_triple_coverage, only.exploration_efficiency) == (0.5, 0.5)
+
+
+def test_exploration_details() -> None:
+    gold = [("Washington, D.C.", "capital of", "United States")]
+    think = "Washington, D.C. is the capital of the United States; it is near Baltimore."
+    # an ambiguous "(a, b, c, d)" line: the reading whose parts are all named is the one counted
+    seen_text = "(Washington, D.C., capital of, United States)\n(Washington, D.C., near, Baltimore)"
+    assert exploration_scores(think, gold, _triple_alternatives(seen_text)) == (1.0, 0.5)
+    assert exploration_scores("", gold, []) == (0.0, 0.0)
+    # relation labels are matched in their prose forms
+    freebase = ("Ada", "people.person.place_of_birth", "Paris")
+    assert triple_named("Paris was the birthplace; place of birth of Ada", freebase)
+    assert triple_named("Paris and the treatment of Ada", ("Ada", "cure,treatment", "Paris"))
+    assert not triple_named("Parisian Ada orbits", ("Ada", "orbits", "Paris"))  # whole names only
+
+
+# ----- efficiency and the report -------------------------------------------------------------------------
+def test_efficiency_means_and_sd() -> None:
+    trajs = [
+        traj("a", latency_s=1.0, turn_latency_s=[0.5, 0.5], generated_tokens=10, prompt_tokens=100, rounds=2,
+             tool_calls=[call("node_info"), call("entity_matcher", ok=False)]),
+        traj("b", latency_s=2.0, turn_latency_s=[1.0], generated_tokens=20, prompt_tokens=100, rounds=1,
+             tool_calls=[call(None, ok=False)]),  # unparsed: never reached the KG
+        traj("c", latency_s=3.0, turn_latency_s=[1.5, 0.5, 1.0], generated_tokens=30, prompt_tokens=100, rounds=3,
+             tool_calls=[call("node_info"), call("node_info"), call("node_info")]),
+    ]
+    e = efficiency(trajs, wall_time_s=2.0)
+    assert e.generated_tokens_mean == 20.0
+    assert e.total_tokens_mean == 120.0
+    assert e.latency_mean_s == 2.0
+    assert e.latency_sd_s == pytest.approx(1.0)  # sample sd of 1, 2, 3
+    assert e.latency_per_turn_mean_s == pytest.approx(5 / 6)  # pooled over the 6 turns
+    assert e.turns_mean == 2.0
+    assert e.samples_per_s == 1.5
+    assert e.generated_tokens_per_s == 30.0
+    assert e.kg_calls_per_sample == pytest.approx(5 / 3)
+    untimed = efficiency([traj(latency_s=3.0, rounds=2), traj(latency_s=1.0, rounds=2)], wall_time_s=0.0)
+    assert untimed.latency_per_turn_mean_s == 1.0 and untimed.samples_per_s == 0.0
+    assert untimed.latency_sd_s == pytest.approx(2 ** 0.5)
+
+
+def test_evaluate_trajectories_and_repeats() -> None:
+    trajs = [
+        traj("a", answer="Paris", sample=0, latency_s=1.0),
+        traj("a", answer="Lyon", sample=1, latency_s=1.0),
+        traj("b", answer="Lyon", hops=3, bucket="3+", sample=0, latency_s=1.0),
+        traj("b", answer="Lyon", hops=3, bucket="3+", sample=1, latency_s=1.0),
+    ]
+    m = evaluate_trajectories(trajs, run="r", model="m", protocol="omne", split="test", wall_time_s=4.0)
+    assert isinstance(m, EvalMetrics)
+    assert m.samples == 2
+    assert [t.correct for t in trajs] == [True, False, False, False]
+    assert m.overall.n == 2 and m.overall.em == 0.5 and m.overall.hit1 == 0.5
+    assert {k: v.n for k, v in m.by_bucket.items()} == {"1-2": 1, "3+": 1}
+    assert list(m.by_hops) == ["2", "3"] and list(m.by_domain) == ["geo"]
+    assert m.efficiency.samples_per_s == 1.0
+    assert EvalMetrics.model_validate_json(m.model_dump_json()) == m
+
+    summary = repeats_summary([Scores(n=1, em=0.5), Scores(n=1, em=0.7), Scores(n=1, em=0.9)])
+    assert summary["em"]["mean"] == pytest.approx(0.7) and summary["em"]["sd"] == pytest.approx(0.2)
+    assert summary["f1"] == {"mean": 0.0, "sd": 0.0}
+    runs = repeats_summary([m, m])
+    assert runs["em"] == {"mean": 0.5, "sd": 0.0}
+    assert runs["efficiency.samples_per_s"]["mean"] == 1.0
+    assert repeats_summary([]) == {}
