@@ -451,10 +451,11 @@ def print_eval_table(runs: list) -> None:
 @cli.command()
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")
+@click.option("--skip-eval", is_flag=True, help="Stop after the QA dataset (no model evaluation).")
 @click.pass_context
-def run(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
-    """The main job: every domain's KG, entity index, seed subgraphs, QA pairs and gold paths, then the
-    merged QA dataset; prints a table per stage."""
+def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool) -> None:
+    """The main job: every domain's KG, entity index, seed subgraphs, QA pairs and gold paths, the merged
+    QA dataset, then the base model with tools evaluated on a sample of the test split; prints a table per stage."""
     from pipelines.run import print_domain_table, run_main_job, run_qa_dataset
 
     params = _params(ctx)
@@ -464,6 +465,12 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
     dataset = run_qa_dataset(params, domains, force=force)
     _print_qa_stats(dataset.stats)
     _run_qa_checks(params)
+    if not skip_eval:
+        from pipelines.eval.runner import evaluate_cached
+
+        result = evaluate_cached(params, "base", name="base-tools", force=force)
+        print_eval_table([result.metrics])
+        click.echo(f"report: {result.folder / 'report.html'}")
 
 
 def _run_qa_checks(params: Params) -> None:

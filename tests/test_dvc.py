@@ -39,8 +39,10 @@ def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, t
     assert "knowledge_graph@solar" in out and "entity_index@solar" in out
     kg = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
     assert (repo / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
-    for stage in ("seed_subgraphs@solar", "qa_pairs@solar", "gold_paths@solar", "qa_dataset"):
+    for stage in ("seed_subgraphs@solar", "qa_pairs@solar", "gold_paths@solar", "qa_dataset", "eval_report"):
         assert f"Running stage '{stage}'" in out
+    metrics = run(repo, "dvc", "metrics", "show")
+    assert "summary.json" in metrics and "em" in metrics and "f1" in metrics
     assert "check qa_table_expectations: passed" in out and "check split_leakage: passed" in out
     dataset = json.loads((repo / "artifacts" / "qa" / "dataset" / "manifest.json").read_text())
     assert dataset["rows"]["pairs"] > 0 and set(dataset["inputs"]) >= {"artifacts/qa/pairs/solar/qa_pairs.jsonl"}

@@ -204,3 +204,34 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     folder = write_report(params.artifacts_dir / "reports" / run, metrics, trajectories, gold_paths=gold,
                           inputs=inputs, params=shaping)
     return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories)
+
+
+def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bool = False, **options: Any) -> EvalResult:
+    """``evaluate`` unless the report ``name`` was already made from the same inputs and settings (make run's
+    rerun stays fast); the model's identity is part of the settings, so a new checkpoint re-evaluates."""
+    from pipelines.agent.models import resolve_model_folder
+    from pipelines.eval.report import read_metrics
+    from pipelines.llm.local import model_identity
+
+    folder = params.artifacts_dir / "reports" / name
+    manifest = read_manifest(folder)
+    identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
+    wanted = {"agent": params.section("agent"), "eval": params.section("eval"), "profile": params.profile,
+              "model": identity, **{k: v for k, v in options.items() if isinstance(v, str | int | None)}}
+    dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
+    if (not force and manifest is not None and dataset is not None
+            and manifest.metadata.get("cache_key") == _cache_key(wanted, dataset.files)):
+        return EvalResult(folder=folder, metrics=read_metrics(folder), trajectories=[])
+    result = evaluate(params, model, name=name, **options)
+    manifest = read_manifest(folder)
+    if manifest is not None and dataset is not None:
+        from pipelines.lineage import write_manifest
+
+        manifest.metadata["cache_key"] = _cache_key(wanted, dataset.files)
+        write_manifest(folder, manifest)
+    return result
+
+
+def _cache_key(settings: dict[str, Any], dataset_files: dict[str, str]) -> str:
+    blob = json.dumps({"settings": settings, "dataset": dataset_files}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
