@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/omne run
 	$(BIN)/python bench/kg_build.py
 	$(BIN)/python bench/tools.py
+	$(BIN)/python bench/qa.py
 
 dagster: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000

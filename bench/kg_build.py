@@ -17,215 +17,46 @@ See bench/README.md for what each stage measures.
 
 from __future__ import annotations
 
-import os
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["LANCE_LOG"] = "error"
-os.environ.setdefault("LANCEDB_LOG", "error")  # what lancedb 0.40 reads: its per-table WARN lines otherwise
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (DEGREE_LAW, MB, ROOT, RESULTS_DIR, HelpFormatter, alternate, args_record, machine_info,
+                     measure, percentiles, ratio, setup_logging, with_rate, write_results)
+from _common import make_synthetic as _make_synthetic
 
-import argparse  # noqa: E402
-import ctypes  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import networkx as nx
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-import psutil  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-
-from pipelines.config import Params, load_params  # noqa: E402
-from pipelines.domains import SourceSpec, load_registry  # noqa: E402
-from pipelines.kg.embed import Encoder  # noqa: E402
-from pipelines.kg.errors import KGSourceError  # noqa: E402
-from pipelines.kg.graph import ball_sizes, graph_stats  # noqa: E402
-from pipelines.kg.importers import import_source  # noqa: E402
-from pipelines.kg.index import EntityIndex, entity_texts, index_table, write_index  # noqa: E402
-from pipelines.kg.model import KnowledgeGraph, assemble_graph  # noqa: E402
-from pipelines.kg.store import write_kg  # noqa: E402
+from pipelines.config import Params, load_params
+from pipelines.domains import SourceSpec, load_registry
+from pipelines.kg.embed import Encoder
+from pipelines.kg.errors import KGSourceError
+from pipelines.kg.graph import ball_sizes, graph_stats
+from pipelines.kg.importers import import_source
+from pipelines.kg.index import EntityIndex, entity_texts, index_table, write_index
+from pipelines.kg.model import KnowledgeGraph, assemble_graph
+from pipelines.kg.store import write_kg
 
 log = logging.getLogger("bench.kg_build")
-MB = 1024 * 1024
 SEARCH_K = 5
-
-
-# --------------------------------------------------------------------------------------------
-# Measurement
-# --------------------------------------------------------------------------------------------
-
-def _rss() -> int:
-    return psutil.Process().memory_info().rss
-
-
-def _settle() -> None:
-    """Collect garbage and give freed heap back to the OS, so that RSS before a stage is a fair zero."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
-def _cpu() -> float:
-    times = psutil.Process().cpu_times()
-    return times.user + times.system
-
-
-class Stage:
-    """Context manager: wall time, process CPU time (all threads) and peak extra RSS (sampled every
-    ``interval`` s in a thread). CPU time moves less than wall time when other processes load the
-    machine, so it is recorded beside it."""
-
-    def __init__(self, interval: float = 0.005) -> None:
-        self.interval = interval
-        self.wall_s = 0.0
-        self.peak_extra = 0
-        self._stop = threading.Event()
-
-    def _sample(self) -> None:
-        process = psutil.Process()
-        while not self._stop.is_set():
-            self.peak = max(self.peak, process.memory_info().rss)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Stage:
-        _settle()
-        self.before = self.peak = _rss()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        self._c0 = _cpu()
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall_s = time.perf_counter() - self._t0
-        self.cpu_s = _cpu() - self._c0
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss())
-        self.peak_extra = self.peak - self.before
-
-
-def measure(fn: Callable[[], Any], *, items: int, repeat: int = 1) -> tuple[Any, dict[str, Any]]:
-    """Run ``fn`` ``repeat`` times; the best (minimum) wall time and the largest peak extra RSS."""
-    walls, cpus, peaks, result = [], [], [], None
-    for _ in range(repeat):
-        result = None  # let the previous result go before measuring the next run
-        with Stage() as stage:
-            result = fn()
-        walls.append(stage.wall_s)
-        cpus.append(stage.cpu_s)
-        peaks.append(stage.peak_extra)
-    wall = min(walls)
-    return result, {
-        "wall_s": round(wall, 4),
-        "walls_s": [round(w, 4) for w in walls],
-        "cpu_s": round(min(cpus), 4),
-        "items": items,
-        "items_per_s": round(items / wall, 1) if wall > 0 else None,
-        "peak_extra_rss_mb": round(max(peaks) / MB, 1),
-    }
-
-
-def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    wall = min(m["wall_s"] for m in runs)
-    return {"wall_s": wall, "walls_s": [m["wall_s"] for m in runs], "cpu_s": min(m["cpu_s"] for m in runs),
-            "peak_extra_rss_mb": max(m["peak_extra_rss_mb"] for m in runs)}
-
-
-def alternate(ours: Callable[[], Any], baseline: Callable[[], Any], *,
-              repeat: int) -> tuple[Any, dict[str, Any], Any, dict[str, Any]]:
-    """Baseline then ours, ``repeat`` times in turn, so that a burst of load on a shared machine hits
-    both alike; best (minimum) wall time and largest peak extra RSS of each."""
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "baseline": []}
-    results: dict[str, Any] = {}
-    for _ in range(repeat):
-        for name, fn in (("baseline", baseline), ("ours", ours)):
-            results[name] = None  # let the previous result go before measuring the next run
-            results[name], m = measure(fn, items=0)
-            runs[name].append(m)
-    return results["ours"], _merge(runs["ours"]), results["baseline"], _merge(runs["baseline"])
-
-
-def with_rate(m: dict[str, Any], items: int, wall: float | None = None) -> dict[str, Any]:
-    wall = m["wall_s"] if wall is None else wall
-    m.update(items=items, items_per_s=round(items / wall, 1) if wall > 0 else None)
-    return m
-
-
-def ratio(ours: float | None, baseline: float | None) -> float | None:
-    return round(ours / baseline, 4) if ours and baseline else None
-
-
-def percentiles(latencies_s: list[float]) -> dict[str, float]:
-    ms = np.asarray(latencies_s) * 1000.0
-    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3),
-            "mean_ms": round(float(ms.mean()), 3)}
 
 
 # --------------------------------------------------------------------------------------------
 # Synthetic graph
 # --------------------------------------------------------------------------------------------
 
-ENTITY_TYPES = ["person", "place", "organisation", "concept", "event", "substance", "artifact", "disease"]
-RELATIONS = ["related to", "part of", "located in", "member of", "causes", "treats", "derived from",
-             "instance of", "founded by", "borders", "contains", "precedes", "influenced by", "uses",
-             "produces", "named after", "subclass of", "owned by", "discovered by", "opposite of"]
-
-
-def _pseudo_words(rng: np.random.Generator, count: int) -> np.ndarray:
-    syllables = [c + v for c in "bcdfghjklmnprstvz" for v in "aeiou"] + ["an", "el", "or", "is", "um"]
-    words = {"".join(rng.choice(syllables, size=rng.integers(2, 4))) for _ in range(count * 2)}
-    return np.array(sorted(words)[:count])
-
-
-def make_synthetic(folder: Path, entities: int, relations: int, seed: int,
-                   alpha: float = 0.6) -> SourceSpec:
-    """A random (seeded) triples parquet + entities parquet with power-law-ish degrees.
-
-    Endpoints are drawn with probability ~ rank^-alpha over a random permutation of the entities, so
-    that a few hubs have thousands of relations and most entities a handful.
-    """
-    rng = np.random.default_rng(seed)
-    words = _pseudo_words(rng, 5000)
-    ids = np.arange(entities)
-    names = pl.Series("name", [f"Entity {i} {w}" for i, w in zip(ids, rng.choice(words, entities), strict=True)])
-    types = pl.Series("type", rng.choice(ENTITY_TYPES, entities))
-    topics = pl.Series("topic", rng.choice(words, entities))
-    entity_frame = pl.DataFrame([names, types, topics]).select(
-        "name", "type", description=pl.format("{} is a {} known for {}.", "name", "type", "topic"))
-
-    weights = np.arange(1, entities + 1, dtype=np.float64) ** -alpha
-    weights /= weights.sum()
-    rank_to_id = rng.permutation(entities)
-    heads = rank_to_id[rng.choice(entities, size=relations, p=weights)]
-    tails = rank_to_id[rng.choice(entities, size=relations, p=weights)]
-    loops = heads == tails
-    tails[loops] = (tails[loops] + 1) % entities
-    triples = pl.DataFrame({
-        "head": names.gather(heads), "relation": rng.choice(RELATIONS, relations), "tail": names.gather(tails),
-    }).with_columns(description=pl.format("{} {} {}.", "head", "relation", "tail"))
-
-    folder.mkdir(parents=True, exist_ok=True)
-    triples.write_parquet(folder / "triples.parquet")
-    entity_frame.write_parquet(folder / "entities.parquet")
-    return SourceSpec(kind="triples", path="triples.parquet", entities="entities.parquet")
+def make_synthetic(folder: Path, entities: int, relations: int, seed: int) -> SourceSpec:
+    """The shared generator (bench/_common.py), with this benchmark's pseudo-word syllables."""
+    return _make_synthetic(folder, entities, relations, seed, extra_syllables=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,13 +419,6 @@ def render_table(results: dict) -> str:
     return "\n".join(lines + [""] + notes + ["", *search_lines, "", *search_notes])
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or isinstance(action.default, bool):
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="bench/kg_build.py",
@@ -603,7 +427,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "BFS, (3) embedding + LanceDB index vs raw SentenceTransformer.encode, the embedding "
                     "cache, and search latency (exact, and IVF-PQ ANN with its recall on the synthetic graph). "
                     "Speeds are reported as ratios ours/baseline (< 1: omne faster).",
-        formatter_class=_HelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument("--domains", nargs="*", default=None, metavar="NAME",
                         help="registry domains to benchmark (default: every domain of the registry; "
                              "give the flag with no name for none); domains whose files are missing are skipped")
@@ -633,7 +457,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="runs of the embedding + index stage (ours and baseline in turn, best kept)")
     parser.add_argument("--seed", type=int, metavar="N", default=0,
                         help="seed of the synthetic graph and of all samples")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kg_build.json",
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "kg_build.json",
                         help="where to write the JSON results")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser.parse_args(argv)
@@ -641,10 +465,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging(args.verbose, ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub"))
     params = load_params(args.params, args.profile)
     registry = load_registry(params.registry_path)
     names = registry.names if args.domains is None else args.domains
@@ -653,11 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "benchmark": "kg_build",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu_cores": os.cpu_count(), "platform": platform.platform(),
-                    "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
-                    "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1)},
+        "machine": machine_info(),
         "params": {"profile": params.profile, "index": params.index.model_dump(), "seeds": params.seeds.model_dump()},
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": args_record(args),
         "graphs": {},
     }
 
@@ -704,16 +523,10 @@ def main(argv: list[str] | None = None) -> int:
             graph = bench_graph("synthetic", source, Path(tmp), params, synthetic_encoder, args, synthetic=True,
                                 repeat=args.synthetic_repeat)
             graph["generator"] = {"entities": args.synthetic_entities, "relations": args.synthetic_relations,
-                                  "seed": args.seed, "degree_law": "endpoint probability ~ rank^-0.6"}
+                                  "seed": args.seed, "degree_law": DEGREE_LAW}
             results["graphs"]["synthetic"] = graph
 
-    results["total_s"] = round(time.perf_counter() - started, 1)
-    table = render_table(results)
-    results["table"] = table.splitlines()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print("\n" + table)
-    print(f"\nresults: {args.out} (total {results['total_s']:.0f} s)")
+    write_results(results, render_table(results), args.out, started)
     return 0
 
 

@@ -28,19 +28,11 @@ project folder with the library's own build steps):
 
 from __future__ import annotations
 
-import os
-
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["LANCE_LOG"] = "error"
-os.environ.setdefault("LANCEDB_LOG", "error")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import argparse
 import gc
 import json
 import logging
-import platform
+import os
 import re
 import shutil
 import socket
@@ -55,14 +47,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (DEGREE_LAW, RESULTS_DIR, ROOT, RawHelpFormatter, args_record, load_average, machine_info,
+                     setup_logging, write_results)
+from _common import make_synthetic as _make_synthetic
 
 import lancedb
 import networkx as nx
 import numpy as np
-import polars as pl
 import threadpoolctl
 import torch
 import uvicorn
@@ -520,35 +512,9 @@ def ensure_built(params: Params, domains: list[str]) -> None:
     subprocess.run(command, cwd=params.root, check=True)
 
 
-ENTITY_TYPES = ["person", "place", "organisation", "concept", "event", "substance", "artifact", "disease"]
-RELATIONS = ["related to", "part of", "located in", "member of", "causes", "treats", "derived from",
-             "instance of", "founded by", "borders", "contains", "precedes", "influenced by", "uses",
-             "produces", "named after", "subclass of", "owned by", "discovered by", "opposite of"]
-
-
-def make_synthetic(folder: Path, entities: int, relations: int, seed: int, alpha: float = 0.6) -> None:
-    """Seeded triples + entity table: names "Entity 12345 <word>", endpoints drawn with probability
-    ~ rank^-alpha over a random permutation of the entities (a few hubs, mostly small degrees)."""
-    rng = np.random.default_rng(seed)
-    syllables = [c + v for c in "bcdfghjklmnprstvz" for v in "aeiou"]
-    words = sorted({"".join(rng.choice(syllables, size=int(rng.integers(2, 4)))) for _ in range(10_000)})[:5000]
-    names = pl.Series("name", [f"Entity {i} {w}" for i, w in enumerate(rng.choice(words, entities).tolist())])
-    frame = pl.DataFrame([names, pl.Series("type", rng.choice(ENTITY_TYPES, entities)),
-                          pl.Series("topic", rng.choice(words, entities))]).select(
-        "name", "type", description=pl.format("{} is a {} known for {}.", "name", "type", "topic"))
-    weights = np.arange(1, entities + 1, dtype=np.float64) ** -alpha
-    weights /= weights.sum()
-    rank_to_id = rng.permutation(entities)
-    heads = rank_to_id[rng.choice(entities, size=relations, p=weights)]
-    tails = rank_to_id[rng.choice(entities, size=relations, p=weights)]
-    loops = heads == tails
-    tails[loops] = (tails[loops] + 1) % entities
-    triples = pl.DataFrame({"head": names.gather(heads), "relation": rng.choice(RELATIONS, relations),
-                            "tail": names.gather(tails)}).with_columns(
-        description=pl.format("{} {} {}.", "head", "relation", "tail"))
-    folder.mkdir(parents=True, exist_ok=True)
-    triples.write_parquet(folder / "triples.parquet")
-    frame.write_parquet(folder / "entities.parquet")
+def make_synthetic(folder: Path, entities: int, relations: int, seed: int) -> None:
+    """The shared generator (bench/_common.py), with this benchmark's pseudo-word syllables."""
+    _make_synthetic(folder, entities, relations, seed, extra_syllables=False)
 
 
 def synthetic_project(work: Path, args: argparse.Namespace, model_encoder: Encoder) -> Params:
@@ -692,16 +658,9 @@ def render(results: dict[str, Any]) -> str:
 # Driver
 # --------------------------------------------------------------------------------------------
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or isinstance(action.default, bool):
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="bench/tools.py", formatter_class=_HelpFormatter,
+        prog="bench/tools.py", formatter_class=RawHelpFormatter,
         description="Benchmark the agent's KG tools (node_info, entity_matcher) in-process and over HTTP, "
                     "against baselines timed in the same process: a linear scan over all triples (KG-R1's "
                     "server), a networkx adjacency look-up, and LanceDB flat search. Speeds are ratios; "
@@ -735,7 +694,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="keep the synthetic project here and reuse it on the next run (builds are skipped "
                              "when up to date)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tools.json",
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "tools.json",
                         help="where to write the JSON results")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
@@ -747,11 +706,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S")
-    for noisy in ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub", "uvicorn",
-                  "pipelines.agent.tools"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging(args.verbose, ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub",
+                                 "uvicorn", "pipelines.agent.tools"))
     started = time.perf_counter()
     params = load_params(args.params, args.profile)
     domains = load_registry(params.registry_path).names if args.domains is None else args.domains
@@ -760,15 +716,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "benchmark": "tools",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu_cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
+        "machine": {**machine_info(), "torch_threads": torch.get_num_threads(),
                     "blas_threads": max((i["num_threads"] for i in threadpoolctl.threadpool_info()
                                          if i.get("user_api") == "blas"), default=None)},
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": args_record(args),
         "params": {"profile": params.profile, "tools": params.tools.model_dump(), "index": params.index.model_dump()},
         "graphs": {},
     }
-    results["machine"]["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    results["machine"]["load_average_at_start"] = load_average()
     if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
         log.warning("the machine is busy (load average %.2f on %d cores): multi-threaded torch/BLAS calls "
                     "(query encoding, top-k) will be much slower than on an idle machine",
@@ -808,22 +763,16 @@ def main(argv: list[str] | None = None) -> int:
                 graph = bench_graph(toolbox, SYNTHETIC, encoder, pool, args, url, flat, ann)
             kg = read_kg(kg_dir(synthetic_params.artifacts_dir, SYNTHETIC))
             graph["generator"] = {"entities": args.synthetic_entities, "relations": args.synthetic_relations,
-                                  "seed": args.seed, "degree_law": "endpoint probability ~ rank^-0.6",
+                                  "seed": args.seed, "degree_law": DEGREE_LAW,
                                   "built_relations": kg.relations.height, "project_build_s": round(build_s, 1),
                                   "work_dir": str(args.work_dir) if args.work_dir else None}
             results["graphs"][SYNTHETIC] = graph
         if encoder.cache is not None:
             encoder.cache.close()
 
-    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["machine"]["load_average_at_end"] = load_average()
     results["targets"] = targets(results)
-    results["total_s"] = round(time.perf_counter() - started, 1)
-    table = render(results)
-    results["table"] = table.splitlines()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print("\n" + table)
-    print(f"\nresults: {args.out} (total {results['total_s']:.0f} s)")
+    write_results(results, render(results), args.out, started)
     return 0
 
 
