@@ -401,6 +401,34 @@ def qa_stats(ctx: click.Context, as_json: bool) -> None:
         _print_qa_stats(stats)
 
 
+@cli.group()
+def sft() -> None:
+    """Stage 2: multi-turn SFT conversations and training with the weighted think-loss."""
+
+
+@sft.command("data")
+@click.option("--force", is_flag=True, help="Rebuild even when the QA dataset and params are unchanged.")
+@click.option("--teacher-endpoint", help="OpenAI-compatible server of the teacher (source 'teacher'; model: "
+                                         "sft_data.teacher_model).")
+@click.pass_context
+def sft_data_command(ctx: click.Context, force: bool, teacher_endpoint: str | None) -> None:
+    """Build artifacts/sft/conversations/ (ShareGPT) from the train split: gold paths walked with the real
+    tools (template), correct own rollouts (agent) and/or teacher rollouts kept when fully correct."""
+    from pipelines.train.sft_data import build_sft_conversations
+
+    params = _params(ctx)
+    teacher = None
+    if teacher_endpoint:
+        from pipelines.llm.openai_client import OpenAIChatClient
+
+        teacher = OpenAIChatClient(params.llm, base_url=teacher_endpoint, model=params.sft_data.teacher_model or None)
+    result = build_sft_conversations(params, force=force, teacher=teacher)
+    stats = result.manifest.metadata["stats"]
+    click.echo(f"{'up to date' if result.skipped else 'built'}: {stats['conversations']} conversations "
+               f"{stats['by_source']} {stats['by_bucket']}, {result.manifest.rows['skipped_pairs']} pairs skipped, "
+               f"{result.manifest.metadata['format_problems']} with format problems -> {result.folder}")
+
+
 @cli.command("eval")
 @click.option("--model", "model", default="base", show_default=True,
               help="base (params agent.base_model), a local transformers folder, a PEFT adapter folder, or the "
@@ -414,19 +442,52 @@ def qa_stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--endpoint", help="An OpenAI-compatible server to generate with (e.g. a `vllm serve` URL ending in /v1).")
 @click.option("--tools-server", help="Call a running `omne tools serve` instead of in-process tools.")
 @click.option("--name", help="Report name under artifacts/reports/ (default: <model>-<protocol|baseline>-<split>).")
+@click.option("--kgqa", "kgqa", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Evaluate on an external KGQA file instead of a split (WebQSP/CWQ/GrailQA/QALD style, or JSON "
+                   "lines of {question, topic_entities, answers}); each question is answered on the 2-hop "
+                   "subgraph around its topic entities. Hit@1 and F1 are the headline numbers.")
+@click.option("--triples", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="With --kgqa: the KG of the questions, a triples file (CSV/TSV/parquet/JSON lines with head, "
+                   "relation, tail); built into artifacts/kgqa/ (reused when unchanged), never into the training data.")
+@click.option("--kgqa-domain", help="With --kgqa: the domain name of that KG (default: from the triples file's name); "
+                                    "without --triples, a domain built before.")
+@click.option("--kgqa-hops", type=click.IntRange(0, 4), default=2, show_default=True,
+              help="With --kgqa: the radius of each question's subgraph around its topic entities.")
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, split: str | None, limit: int | None, protocol: str | None,
-                 baseline: str | None, endpoint: str | None, tools_server: str | None, name: str | None) -> None:
+                 baseline: str | None, endpoint: str | None, tools_server: str | None, name: str | None,
+                 kgqa: Path | None, triples: Path | None, kgqa_domain: str | None, kgqa_hops: int) -> None:
     """Evaluate a model (or a baseline) on a QA split: EM, F1, Hit@1 per bucket, hop and domain, efficiency
-    and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json, predictions.jsonl, report.html)."""
+    and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json, predictions.jsonl, report.html).
+
+    With --kgqa FILE --triples FILE it evaluates on an external question set instead (--limit is then
+    a number of questions): the topic entities are named in the prompt and the tools see only the
+    2-hop subgraph around them.
+    """
     from pipelines.agent.client import HttpToolClient
     from pipelines.eval.runner import evaluate
 
+    if kgqa is None and (triples or kgqa_domain):
+        raise click.UsageError("--triples and --kgqa-domain only apply with --kgqa")
+    if kgqa is not None and split:
+        raise click.UsageError("--split does not apply with --kgqa (the questions come from the KGQA file)")
+    if kgqa is not None and tools_server:
+        raise click.UsageError("--tools-server does not apply with --kgqa (its KG lives in artifacts/kgqa/, which a "
+                               "tool server does not load)")
+    if kgqa is not None and triples is None and kgqa_domain is None:
+        raise click.UsageError("--kgqa needs --triples (the KG of the questions), or --kgqa-domain naming a built one")
     params = _params(ctx)
     tools = HttpToolClient(tools_server, os.environ.get("OMNE_TOOLS_TOKEN")) if tools_server else None
     result = evaluate(params, model, split=split, limit=limit, protocol=protocol, baseline=baseline,
-                      endpoint=endpoint, tools=tools, name=name)
+                      endpoint=endpoint, tools=tools, name=name, kgqa=kgqa, triples=triples,
+                      kgqa_domain=kgqa_domain, kgqa_hops=kgqa_hops)
     print_eval_table([result.metrics])
+    if result.kgqa:
+        summary = result.kgqa
+        click.echo(f"kgqa {summary['file']}: {summary['questions']} questions on {summary['domain']} "
+                   f"({summary['skipped']} skipped); topic entity in the KG {summary['topic_found']:.0%}, "
+                   f"an answer in the {summary['hops']}-hop subgraph {summary['answer_in_subgraph']:.0%} "
+                   "(the most Hit@1 can reach)")
     click.echo(f"report: {result.folder / 'report.html'}")
 
 

@@ -126,6 +126,17 @@ class EvalParams(_Section):
     judge: bool = False  # also ask the LLM judge (llm:) whether free-form answers match the gold answer
 
 
+class SFTDataParams(_Section):
+    """Stage-2 SFT conversations: which sources, how many, in which mode."""
+
+    sources: list[Literal["template", "agent", "teacher"]] = ["template"]
+    max_per_bucket: int | None = Field(None, ge=1)  # training pairs per bucket used (None: all)
+    paths_per_pair: int = Field(1, ge=1)  # validated gold paths walked per pair (template source)
+    mode: Literal["think", "no_think"] = "think"
+    teacher_model: str = ""  # model name at the llm endpoint for the teacher source
+    seed: int = 0
+
+
 class CheckParams(_Section):
     min_description_share: float = Field(0.5, ge=0.0, le=1.0)
     max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
@@ -144,6 +155,7 @@ class Params(_Section):
     qa: QAParams = QAParams()
     agent: AgentParams = AgentParams()
     eval: EvalParams = EvalParams()
+    sft_data: SFTDataParams = SFTDataParams()
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
     @property

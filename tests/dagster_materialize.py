@@ -53,5 +53,19 @@ def main(partition: str, profile: str, stage: str = "kg") -> None:
     print(json.dumps(_summary(results, nodes), default=str))
 
 
+def evaluate(model: str) -> None:
+    """Materialize eval_report (unpartitioned) with a model given in run config."""
+    from dagster_project.defs.evaluation import eval_report
+
+    result = dg.materialize([eval_report], resources={"omne": OmneResource()}, instance=dg.DagsterInstance.ephemeral(),
+                            run_config={"ops": {"eval_report": {"config": {"model": model, "split": "train",
+                                                                           "limit": 2}}}},
+                            raise_on_error=False)
+    print(json.dumps(_summary([result], ["eval_report"]), default=str))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "", sys.argv[3] if len(sys.argv) > 3 else "kg")
+    if sys.argv[1] == "--eval":
+        evaluate(sys.argv[2])
+    else:
+        main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "", sys.argv[3] if len(sys.argv) > 3 else "kg")

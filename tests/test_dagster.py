@@ -89,3 +89,24 @@ def test_qa_assets_materialize_with_their_checks(tmp_path: Path) -> None:
     assert all(checks.values()), out["checks"]
     assert out["metadata"]["qa_pairs"]["stat_pairs"] == 20 and out["metadata"]["qa_dataset"]["rows_pairs"] == 20
     assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
+
+
+def test_eval_report_asset_evaluates_a_model_from_run_config(project: Path, tmp_path: Path) -> None:
+    from tests.model_support import build_tiny_llama
+
+    built = subprocess.run(["omne", "run", "--skip-eval"], cwd=project, env=cli_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    model = build_tiny_llama(tmp_path / "tiny-llama")
+    env = cli_env(OMNE_PARAMS=str(project / "params.yaml"), DAGSTER_HOME=str(project / ".dagster_home"),
+                  PYTHONPATH=str(PROJECT_ROOT))
+    (project / ".dagster_home").mkdir(exist_ok=True)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--eval", str(model)], cwd=project, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["success"], out["failures"]
+    assert out["checks"]["eval_report.report_complete"]["passed"]
+    meta = out["metadata"]["eval_report"]
+    assert meta["model"].startswith("tiny-llama-") and "| all |" in meta["metrics_table"]
+    assert (Path(meta["path"]) / "report.html").is_file()

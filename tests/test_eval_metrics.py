@@ -308,3 +308,34 @@ def test_evaluate_trajectories_and_repeats() -> None:
     assert runs["em"] == {"mean": 0.5, "sd": 0.0}
     assert runs["efficiency.samples_per_s"]["mean"] == 1.0
     assert repeats_summary([]) == {}
+
+
+def test_llm_judge_grades_free_form_answers_and_keeps_its_reasoning() -> None:
+    import json as _json
+
+    from pipelines.agent.trajectory import Trajectory
+    from pipelines.config import LLMParams
+    from pipelines.eval.judge import judge_answers
+    from pipelines.llm.scripted import ScriptedChatClient
+
+    def traj(qa_id: str, answer: str | None) -> Trajectory:
+        return Trajectory(qa_id=qa_id, domain="d", question="Which moon orbits Mars?", gold_answers=["Phobos"],
+                          protocol="omne", messages=[], answer=answer)
+
+    trajs = [traj("exact", "Phobos"), traj("alias", "the moon Phobos"), traj("wrong", "Deimos"),
+             traj("none", None), traj("broken", "Phobos I")]
+
+    def reply(request) -> str:  # noqa: ANN001
+        prediction = request.messages[1]["content"].split("Predicted answer: ")[1].split("\n")[0]
+        if prediction == "Phobos I":
+            return "I think so"
+        return _json.dumps({"reasoning": "same moon" if "Phobos" in prediction else "another moon",
+                            "verdict": "Phobos" in prediction})
+
+    client = ScriptedChatClient(reply)
+    summary = judge_answers(trajs, client, LLMParams(json_repair_rounds=1))
+    verdicts = {t.qa_id: t.judge["verdict"] for t in trajs}
+    assert verdicts == {"exact": True, "alias": True, "wrong": False, "none": False, "broken": False}
+    assert summary.asked == 3 and summary.failed == 1 and summary.accuracy == 0.4
+    assert trajs[1].judge["reasoning"] == "same moon" and trajs[0].judge["reasoning"] == "exact match"
+    assert client.usage.by_tag["eval.judge"] == 4  # 3 questions + 1 repair round

@@ -48,4 +48,5 @@ class Trajectory(BaseModel):
     format_errors: list[str] = Field(default_factory=list)  # e.g. "no_action", "fake_tool_response"
     think_text: str = ""  # every <think> block of the episode joined (exploration metrics)
     correct: bool | None = None  # EM, filled in by evaluation
+    judge: dict | None = None  # the optional LLM judge's {"verdict": bool, "reasoning": str}
     sample: int = 0  # index of the rollout for N-run union / repeats

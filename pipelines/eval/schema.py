@@ -59,4 +59,5 @@ class EvalMetrics(BaseModel):
     efficiency: Efficiency = Efficiency()
     behaviour: Behaviour = Behaviour()
     samples: int = 1  # N independent rollouts per question (N-run union when > 1)
+    judge: dict[str, float] | None = None  # eval.judge: {"accuracy", "asked", "failed"} of the LLM judge
     repeats: dict[str, dict[str, float]] = Field(default_factory=dict)  # metric -> {"mean": .., "sd": ..} over seeds

@@ -1,0 +1,270 @@
+"""SFT conversations (stage 2 data, seed paper 000 appendix A), in ShareGPT form:
+
+    {id, graph_type, question, golden_answer, system, tools,
+     conversations: [{from: human|gpt|observation, value}, ...]}
+
+human / observation turns sit at even positions (0, 2, ...), gpt turns at odd ones, and every gpt
+value holds one ``<think>…</think>`` plus either one ``<tool_call>…</tool_call>`` or the
+``<answer>``. Sources:
+
+(a) template trajectories: each training pair's validated gold path walked with the real tools —
+    entity_matcher on the start entity, node_info along the path, then the answer — with the think
+    text written from the path (deterministic, offline);
+(b) correct trajectories of the agent itself (e.g. stage-1 RL rollouts) — any ``Trajectory`` with a
+    correct answer and only valid calls converts;
+(c) teacher-distilled trajectories: a strong model through the OpenAI-compatible client, kept only
+    if every call is valid and the answer is right (KG-Hopper / EoG cold start).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipelines.agent.client import ToolClient
+from pipelines.agent.protocols import OmneProtocol
+from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
+from pipelines.agent.trajectory import Trajectory
+from pipelines.eval.metrics import exact_match
+from pipelines.qa.models import GoldPath, QAPair
+from pipelines.qa.names import mentions
+from pipelines.qa.template import keyword_sentence
+
+RESPONSE = re.compile(r"^<tool_response>", re.S)
+
+
+class SFTConversation(BaseModel):
+    id: str
+    graph_type: str
+    question: str
+    golden_answer: str
+    system: str
+    tools: str  # the tools' JSON schemas, one per line (as in the system prompt)
+    conversations: list[dict[str, str]]
+    source: str = "template"  # template | agent | teacher
+    bucket: str | None = None
+
+
+def omne_protocol(mode: str = "think") -> OmneProtocol:
+    return OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=7, mode=mode)  # type: ignore[arg-type]
+
+
+def _tools_text(protocol: OmneProtocol) -> str:
+    return "\n".join(json.dumps(spec.json_schema(), ensure_ascii=False) for spec in protocol.tools)
+
+
+def _call(name: str, entity: str, domain: str) -> str:
+    return f"{name}(node_name={json.dumps(entity, ensure_ascii=False)}, graph_type={json.dumps(domain)})"
+
+
+def _gpt(think: str, action: str, mode: str) -> str:
+    thought = "" if mode == "no_think" else think
+    return f"<think>{thought}</think>\n{action}" if mode != "no_think" else f"<think>\n\n</think>\n{action}"
+
+
+def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
+                          path_index: int = 0) -> SFTConversation | None:
+    """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
+    next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support."""
+    protocol = omne_protocol(mode)
+    valid = [p for p in (gold.paths if gold else []) if p.valid]
+    if gold is not None and not valid:
+        return None
+    nodes = valid[path_index].nodes if valid else pair.path
+    edges = valid[path_index].edges if valid else pair.path_edges
+    domain, start = pair.domain, nodes[0]
+    turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(pair.question, domain)}]
+
+    def observe(call: str, must_show: str) -> str | None:
+        result = tools.call(call, graph_type=domain)
+        if not result.ok or not mentions(result.content, must_show):
+            return None
+        return protocol.response_message(result.content)
+
+    call = _call("entity_matcher", start, domain)
+    turns.append({"from": "gpt", "value": _gpt(
+        f"The question starts from {start}. I look it up in the {domain} knowledge graph first.",
+        f"<tool_call>{call}</tool_call>", mode)})
+    response = observe(call, start)
+    if response is None:
+        return None
+    turns.append({"from": "observation", "value": response})
+    for i, node in enumerate(nodes[:-1]):
+        following = nodes[i + 1]
+        if i == 0:
+            think = f"{start} is in the graph. Its relations show where the question leads."
+        else:
+            before = edges[i - 1]
+            think = (f"{keyword_sentence(before.src, before.keywords, before.dst)}, so the question continues "
+                     f"from {node}. I look at its relations next.")
+        call = _call("node_info", node, domain)
+        turns.append({"from": "gpt", "value": _gpt(think, f"<tool_call>{call}</tool_call>", mode)})
+        response = observe(call, following)
+        if response is None:
+            return None
+        turns.append({"from": "observation", "value": response})
+    last = edges[-1]
+    turns.append({"from": "gpt", "value": _gpt(
+        f"{keyword_sentence(last.src, last.keywords, last.dst)}. That answers the question: {pair.answer}.",
+        f"<answer>{pair.answer}</answer>", mode)})
+    return SFTConversation(id=f"{pair.id}-t{path_index}", graph_type=domain, question=pair.question,
+                           golden_answer=pair.answer, system=protocol.system_prompt(), tools=_tools_text(protocol),
+                           conversations=turns, source="template", bucket=pair.bucket)
+
+
+def trajectory_conversation(traj: Trajectory, *, source: str) -> SFTConversation | None:
+    """A correct trajectory with only valid calls, as a ShareGPT conversation (None otherwise)."""
+    if not traj.answer or not exact_match(traj.answer, traj.gold_answers):
+        return None
+    if any(not c.ok for c in traj.tool_calls) or traj.format_errors:
+        return None
+    system = next((m["content"] for m in traj.messages if m["role"] == "system"), "")
+    turns = []
+    for message in traj.messages:
+        if message["role"] == "system":
+            continue
+        if message["role"] == "assistant":
+            turns.append({"from": "gpt", "value": message["content"]})
+        elif RESPONSE.match(message["content"]):
+            turns.append({"from": "observation", "value": message["content"]})
+        else:
+            turns.append({"from": "human", "value": message["content"]})
+    protocol = omne_protocol(traj.mode)
+    return SFTConversation(id=f"{traj.qa_id}-{source}{traj.sample}", graph_type=traj.domain, question=traj.question,
+                           golden_answer=traj.gold_answers[0], system=system, tools=_tools_text(protocol),
+                           conversations=turns, source=source, bucket=traj.bucket)
+
+
+def format_problems(record: SFTConversation) -> list[str]:
+    """What breaks the ShareGPT contract (the conversation-format asset check)."""
+    problems: list[str] = []
+    turns = record.conversations
+    if not turns:
+        return ["no turns"]
+    for index, turn in enumerate(turns):
+        role = turn.get("from")
+        expected = ("human",) if index == 0 else ("gpt",) if index % 2 == 1 else ("observation", "human")
+        if role not in expected:
+            problems.append(f"turn {index}: {role!r} where {' or '.join(expected)} belongs")
+            continue
+        if role == "gpt":
+            value = turn.get("value", "")
+            thinks = len(re.findall(r"<think>.*?</think>", value, re.S))
+            calls = len(re.findall(r"<tool_call>.*?</tool_call>", value, re.S))
+            answers = len(re.findall(r"<answer>.*?</answer>", value, re.S))
+            if thinks != 1:
+                problems.append(f"turn {index}: {thinks} think blocks (one expected)")
+            if calls + answers != 1:
+                problems.append(f"turn {index}: {calls} tool calls and {answers} answers (exactly one expected)")
+    if turns[-1].get("from") != "gpt" or "<answer>" not in turns[-1].get("value", ""):
+        problems.append("the last turn is not the gpt answer")
+    return problems
+
+
+def conversation_stats(records: list[SFTConversation]) -> dict[str, Any]:
+    calls = [sum(1 for t in r.conversations if t["from"] == "gpt") - 1 for r in records]
+    return {"conversations": len(records), "by_source": _count(r.source for r in records),
+            "by_bucket": _count(str(r.bucket) for r in records),
+            "tool_calls_mean": round(sum(calls) / len(calls), 3) if calls else 0.0}
+
+
+def _count(values: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = None, progress: bool = True) -> Any:
+    """artifacts/sft/conversations.jsonl (+ manifest): the configured sources over the train split.
+
+    ``teacher`` is a ChatClient for source (c); without one the teacher source is left out (and said so
+    in the manifest). Rebuilt only when the QA dataset or the sft_data params change.
+    """
+    import random
+
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.tools import KGToolbox
+    from pipelines.atomic import atomic_directory
+    from pipelines.eval.runner import load_gold_paths, load_split
+    from pipelines.kg.build import BuildResult, up_to_date
+    from pipelines.lineage import new_manifest, read_manifest, relative_path, sha256_files, write_manifest
+    from pipelines.qa.build import qa_dir, write_jsonl
+
+    settings = params.sft_data
+    folder = params.artifacts_dir / "sft" / "conversations"
+    dataset_dir = qa_dir(params.artifacts_dir, "dataset")
+    dataset = read_manifest(dataset_dir)
+    if dataset is None:
+        from pipelines.kg.errors import ArtifactMissingError
+
+        raise ArtifactMissingError(f"{dataset_dir}: the QA dataset is not built (run `omne qa build`)")
+    inputs = {relative_path(dataset_dir / f, params.root): sha for f, sha in dataset.files.items()
+              if f in ("train.jsonl", "gold_paths.jsonl")}
+    shaping = {**settings.model_dump(), "tools": params.section("tools"),
+               "teacher": getattr(teacher, "model", None)}
+    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+        return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
+    pairs = load_split(params, "train")
+    if settings.max_per_bucket is not None:
+        rng = random.Random(settings.seed)
+        chosen = []
+        for bucket in sorted({p.bucket for p in pairs}):
+            members = sorted((p for p in pairs if p.bucket == bucket), key=lambda p: p.id)
+            rng.shuffle(members)
+            chosen += members[: settings.max_per_bucket]
+        pairs = chosen
+    golds = load_gold_paths(params)
+    toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
+    toolbox.load_all()
+    tools = InProcessToolClient(toolbox)
+    records: list[SFTConversation] = []
+    skipped = 0
+    if "template" in settings.sources:
+        from tqdm.auto import tqdm
+
+        for pair in tqdm(pairs, desc="sft template", unit="qa", disable=not progress):
+            gold = golds.get(pair.id)
+            valid = [p for p in (gold.paths if gold else []) if p.valid][: settings.paths_per_pair] or [None]
+            for index in range(len(valid)):
+                record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index)
+                if record is None:
+                    skipped += 1
+                else:
+                    records.append(record)
+    teacher_stats: dict[str, Any] = {}
+    if "teacher" in settings.sources:
+        if teacher is None:
+            teacher_stats = {"left_out": "no teacher client (set sft_data.teacher_model and an endpoint)"}
+        else:
+            from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+
+            engine = RolloutEngine(teacher, omne_protocol(settings.mode), tools,
+                                   RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=0.0,
+                                                 batch_size=params.agent.batch_size))
+            trajectories = engine.run([Task(qa_id=p.id, domain=p.domain, question=p.question, gold_answers=p.answers,
+                                            bucket=p.bucket, hops=p.hops) for p in pairs], progress=progress)
+            kept = [c for t in trajectories if (c := trajectory_conversation(t, source="teacher")) is not None]
+            teacher_stats = {"rollouts": len(trajectories), "kept": len(kept)}
+            records += kept
+    problems = {r.id: format_problems(r) for r in records}
+    bad = {k: v for k, v in problems.items() if v}
+    with atomic_directory(folder) as tmp:
+        write_jsonl(tmp / "conversations.jsonl", records)
+        manifest = new_manifest(
+            "sft_conversations", files=sha256_files([tmp / "conversations.jsonl"], tmp), inputs=inputs,
+            params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped},
+            metadata={"stats": conversation_stats(records), "format_problems": len(bad),
+                      "format_examples": dict(list(bad.items())[:5]), "teacher": teacher_stats},
+        )
+        write_manifest(tmp, manifest)
+    return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=False)
+
+
+def read_sft_conversations(params: Any) -> list[SFTConversation]:
+    from pipelines.qa.build import read_jsonl
+
+    return read_jsonl(params.artifacts_dir / "sft" / "conversations" / "conversations.jsonl", SFTConversation)

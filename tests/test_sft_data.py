@@ -1,0 +1,78 @@
+"""SFT conversations: gold paths walked with the real tools, own correct rollouts, the ShareGPT contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.agent.client import InProcessToolClient
+from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.config import Params
+from pipelines.eval.runner import load_split
+from pipelines.llm.scripted import ScriptedChatClient
+from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+from pipelines.train.sft_data import (SFTConversation, build_sft_conversations, format_problems, omne_protocol,
+                                      read_sft_conversations, trajectory_conversation)
+from tests.test_eval import gold_policy
+
+
+@pytest.fixture(scope="module")
+def solar_qa(solar: Params) -> Params:
+    build_seed_subgraphs("solar", solar)
+    build_qa_pairs("solar", solar)
+    build_gold_paths("solar", solar)
+    build_qa_dataset(solar, ["solar"])
+    return solar
+
+
+def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_qa: Params) -> None:
+    result = build_sft_conversations(solar_qa, progress=False)
+    records = read_sft_conversations(solar_qa)
+    train = {p.id: p for p in load_split(solar_qa, "train")}
+    assert records and result.manifest.rows["conversations"] == len(records)
+    assert result.manifest.metadata["format_problems"] == 0
+    for record in records:
+        pair = train[record.id.rsplit("-t", 1)[0]]
+        assert format_problems(record) == [] and record.golden_answer == pair.answer
+        turns = record.conversations
+        assert turns[0]["from"] == "human" and pair.question in turns[0]["value"]
+        assert turns[-1]["value"].endswith(f"<answer>{pair.answer}</answer>")
+        observations = [t["value"] for t in turns if t["from"] == "observation"]
+        assert observations[0].startswith("<tool_response>\nFound ") and pair.path[0] in observations[0]
+        for node, response in zip(pair.path[1:], observations[1:], strict=True):
+            assert node in response  # node_info of the previous entity lists the next one
+        assert '"name": "node_info"' in record.tools and "<tools>" in record.system
+    assert build_sft_conversations(solar_qa, progress=False).skipped
+
+
+def test_correct_rollouts_convert_and_wrong_ones_do_not(solar_qa: Params, toolbox) -> None:  # noqa: ANN001
+    pair = load_split(solar_qa, "train")[0]
+    task = Task(qa_id=pair.id, domain="solar", question=pair.question, gold_answers=pair.answers)
+    engine = RolloutEngine(ScriptedChatClient(gold_policy(solar_qa)), omne_protocol(), InProcessToolClient(toolbox),
+                           RolloutParams())
+    right = engine.run([task], progress=False)[0]
+    record = trajectory_conversation(right, source="agent")
+    assert record is not None and format_problems(record) == []
+    assert [t["from"] for t in record.conversations][:4] == ["human", "gpt", "observation", "gpt"]
+    wrong = RolloutEngine(ScriptedChatClient(["<think>?</think><answer>Pluto</answer>"]), omne_protocol(),
+                          InProcessToolClient(toolbox), RolloutParams()).run([task], progress=False)[0]
+    assert trajectory_conversation(wrong, source="agent") is None
+
+
+def test_format_check_names_what_is_wrong() -> None:
+    def record(turns: list[tuple[str, str]]) -> SFTConversation:
+        return SFTConversation(id="x", graph_type="solar", question="q", golden_answer="a", system="s", tools="[]",
+                               conversations=[{"from": f, "value": v} for f, v in turns])
+
+    good = record([("human", "q"), ("gpt", "<think>t</think><tool_call>f()</tool_call>"), ("observation", "r"),
+                   ("gpt", "<think>t</think><answer>a</answer>")])
+    assert format_problems(good) == []
+    assert format_problems(record([("human", "q"), ("observation", "r")]))[0].startswith("turn 1: 'observation'")
+    two = record([("human", "q"), ("gpt", "<think>a</think><think>b</think><answer>a</answer>")])
+    assert format_problems(two) == ["turn 1: 2 think blocks (one expected)"]
+    both = record([("human", "q"), ("gpt", "<think>a</think><tool_call>f()</tool_call><answer>a</answer>")])
+    assert "exactly one expected" in format_problems(both)[0]
+    unfinished = record([("human", "q"), ("gpt", "<think>a</think><tool_call>f()</tool_call>")])
+    assert format_problems(unfinished) == ["the last turn is not the gpt answer"]
+    assert json.loads(good.model_dump_json())["conversations"][0] == {"from": "human", "value": "q"}
