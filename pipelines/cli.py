@@ -434,7 +434,8 @@ def sft_data_command(ctx: click.Context, force: bool, teacher_endpoint: str | No
               help="base (params agent.base_model), a local transformers folder, a PEFT adapter folder, or the "
                    "model name at --endpoint.")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), help="QA split (default: eval.split).")
-@click.option("--limit", type=click.IntRange(min=1), help="Questions per bucket, a stable sample (default: eval.limit).")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="Questions per bucket (with --kgqa: questions), a stable sample (default: eval.limit).")
 @click.option("--protocol", type=click.Choice(["omne", "kg_r1", "search"]), help="Agent protocol (default: agent.protocol).")
 @click.option("--baseline", type=click.Choice(["direct", "cot", "tools", "retrieval", "graph"]),
               help="Evaluate a baseline instead: no tools (direct, cot), the base model with tools (tools), "

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_ROOT, cli_env, make_project
+from tests.model_support import build_tiny_llama
 
 
 def run(cwd: Path, *args: str) -> str:
@@ -21,6 +22,12 @@ def run(cwd: Path, *args: str) -> str:
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     root = make_project(tmp_path / "repo")
+    # the tiny solar domain makes a handful of QA pairs: a large test share keeps its test split non-empty;
+    # the eval stage runs a tiny random model (the DVC mechanics are under test here, not SmolLM2)
+    params = root / "params.yaml"
+    model = build_tiny_llama(tmp_path / "tiny-llama")
+    params.write_text(params.read_text().replace("test_share: 0.1 ", "test_share: 0.5 ")
+                      .replace("base_model: smollm2 ", f"base_model: {model} "))
     shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
     shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
     (root / ".gitignore").write_text("/artifacts/\n")

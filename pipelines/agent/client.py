@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import httpx
 
 from pipelines.agent.server import CallRequest, EpisodeStore
-from pipelines.agent.tools import KGToolbox, ToolCall, ToolResult
+from pipelines.agent.tools import KGToolbox, Scope, ToolCall, ToolResult
 
 TOKEN_ENV = "OMNE_TOOLS_TOKEN"
 
@@ -28,12 +28,12 @@ class InProcessToolClient:
         self.episodes = EpisodeStore()
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
-             episode_id: str | None = None) -> ToolResult:
-        episode = self.episodes.get(episode_id, graph_type)
+             episode_id: str | None = None, scope: Scope | None = None) -> ToolResult:
+        episode = self.episodes.get(episode_id, graph_type, scope)
         return self.toolbox.call(call, graph_type=graph_type, episode=episode)
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
-        return [self.call(r.call, graph_type=r.graph_type, episode_id=r.episode_id) for r in requests]
+        return [self.call(r.call, graph_type=r.graph_type, episode_id=r.episode_id, scope=r.scope) for r in requests]
 
 
 class HttpToolClient:
@@ -45,16 +45,18 @@ class HttpToolClient:
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
-             episode_id: str | None = None) -> ToolResult:
+             episode_id: str | None = None, scope: Scope | None = None) -> ToolResult:
         if isinstance(call, ToolCall):
             call = call.model_dump()
-        response = self.http.post("/v1/tools/call", json={"call": call, "graph_type": graph_type,
-                                                          "episode_id": episode_id})
+        body = {"call": call, "graph_type": graph_type, "episode_id": episode_id}
+        if scope is not None:  # sent only when set: servers without scopes keep working
+            body["scope"] = scope.model_dump()
+        response = self.http.post("/v1/tools/call", json=body)
         response.raise_for_status()
         return ToolResult.model_validate(response.json())
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
-        response = self.http.post("/v1/tools/batch", json={"calls": [r.model_dump() for r in requests]})
+        response = self.http.post("/v1/tools/batch", json={"calls": [r.model_dump(exclude_none=True) for r in requests]})
         response.raise_for_status()
         return [ToolResult.model_validate(r) for r in response.json()["results"]]
 

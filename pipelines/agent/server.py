@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from pipelines.agent.tools import EpisodeState, KGToolbox, ToolResult
+from pipelines.agent.tools import EpisodeState, KGToolbox, Scope, ToolResult
 
 MAX_BATCH = 4096
 
@@ -28,6 +28,8 @@ class CallRequest(BaseModel):
     graph_type: str | None = Field(None, description="The episode's graph, for tools without a graph_type argument.")
     episode_id: str | None = Field(None, max_length=200,
                                    description="Keeps per-episode tool state (search backtracking) across calls.")
+    scope: Scope | None = Field(None, description="Restrict the episode's tools to the entities within `hops` of "
+                                "`seeds` (external KGQA sets); kept by the episode for its later calls.")
 
 
 class BatchRequest(BaseModel):
@@ -46,11 +48,14 @@ class EpisodeStore:
         self._states: OrderedDict[str, EpisodeState] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, episode_id: str | None, graph_type: str | None) -> EpisodeState:
+    def get(self, episode_id: str | None, graph_type: str | None, scope: Scope | None = None) -> EpisodeState:
+        """The episode's state (a fresh one without an id); a ``scope`` given replaces the episode's."""
         if episode_id is None:
-            return EpisodeState(graph_type=graph_type)
+            return EpisodeState(graph_type=graph_type, scope=scope)
         with self._lock:
             state = self._states.pop(episode_id, None) or EpisodeState(graph_type=graph_type)
+            if scope is not None:
+                state.scope = scope
             self._states[episode_id] = state
             while len(self._states) > self.capacity:
                 self._states.popitem(last=False)
@@ -108,7 +113,7 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
                                 headers={"WWW-Authenticate": "Bearer"})
 
     def run(request: CallRequest) -> ToolResult:
-        episode = episodes.get(request.episode_id, request.graph_type)
+        episode = episodes.get(request.episode_id, request.graph_type, request.scope)
         return toolbox.call(request.call, graph_type=request.graph_type, episode=episode)
 
     @app.get("/health")

@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.agent.calls import ErrorType, Param, ToolCall, ToolError, ToolSpec, bind_call, parse_call
 from pipelines.agent.kg_view import DomainGraph, manifest_signature
@@ -87,12 +88,53 @@ class Frame:
     next: int = 0
 
 
+class Scope(BaseModel):
+    """What one episode may see: the entities within ``hops`` of ``seeds`` (relations followed both ways).
+
+    External KGQA sets (WebQSP, CWQ, ...) are answered on a per-question subgraph around the topic
+    entities (2 hops, as the seed systems do); with a scope every tool hides what lies outside it:
+    those entities are "not found", their relations are not listed, entity_matcher ranks only
+    entities inside. Seeds are entity names (normalised look-up); ones the KG lacks are ignored.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    seeds: list[str] = Field(max_length=100)
+    hops: int = Field(2, ge=0, le=4)
+
+
 @dataclass
 class EpisodeState:
-    """Per-episode memory of the search tool (for backtracking); one per rollout."""
+    """Per-episode memory of the search tool (for backtracking) and the episode's scope; one per rollout."""
 
     graph_type: str | None = None
     path: list[Frame] = field(default_factory=list)
+    scope: Scope | None = None  # None: the whole graph
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """A scope resolved on one graph: the entity ids inside it, as a set and as a sorted array."""
+
+    members: frozenset[int]
+    ids: np.ndarray
+
+
+def subgraph_entities(graph: DomainGraph, seeds: Iterable[int], hops: int) -> frozenset[int]:
+    """The entity ids within ``hops`` of ``seeds`` in ``graph``, relations followed in both directions."""
+    seen = set(seeds)
+    frontier = list(seen)
+    for _ in range(hops):
+        reached = []
+        for node in frontier:
+            for relation in graph.incident(node):
+                other = graph.other_end(int(relation), node)
+                if other not in seen:
+                    seen.add(other)
+                    reached.append(other)
+        if not reached:
+            break
+        frontier = reached
+    return frozenset(seen)
 
 
 def _error(kind: ErrorType, message: str) -> ToolError:
@@ -117,6 +159,7 @@ class KGToolbox:
         self._lock = threading.Lock()
         self._encoder = encoder
         self._reload_check_seconds = reload_check_seconds
+        self._scopes: OrderedDict[tuple, Allowed] = OrderedDict()  # resolved scopes, least recently used first
         self._handlers: dict[str, Callable[[DomainGraph, dict[str, Any], EpisodeState], str | ToolError]] = {
             "entity_matcher": self._entity_matcher, "node_info": self._node_info,
             "get_head_relations": self._head_relations, "get_tail_relations": self._tail_relations,
@@ -222,13 +265,57 @@ class KGToolbox:
         except ArtifactMissingError as exc:  # e.g. the index is older than the KG: say so, do not guess
             return _error(ErrorType.SERVER_ERROR, str(exc))
 
+    # ----- scopes ---------------------------------------------------------------------------------------
+    def allowed(self, graph: DomainGraph, scope: Scope | None) -> Allowed | None:
+        """The entities of ``graph`` inside ``scope`` (None: no scope, everything); cached per graph version."""
+        if scope is None:
+            return None
+        key = (graph.name, graph.signature, tuple(scope.seeds), scope.hops)
+        with self._lock:
+            found = self._scopes.get(key)
+            if found is not None:
+                self._scopes.move_to_end(key)
+                return found
+        seeds = [i for i in (graph.lookup(name) for name in scope.seeds) if i is not None]
+        members = subgraph_entities(graph, seeds, scope.hops)
+        found = Allowed(members=members, ids=np.array(sorted(members), dtype=np.int64))
+        with self._lock:
+            self._scopes[key] = found
+            while len(self._scopes) > 4096:
+                self._scopes.popitem(last=False)
+        return found
+
+    def _nearest(self, graph: DomainGraph, vector: np.ndarray, k: int,
+                 allowed: Allowed | None) -> list[tuple[int, float]]:
+        """``graph.nearest`` over the allowed entities only (the same ordering: score, then id)."""
+        if allowed is None or graph.vectors is None:  # (without vectors, nearest raises its clear error)
+            return graph.nearest(vector, k)
+        scores = graph.vectors[allowed.ids] @ vector.astype(np.float32)
+        order = np.lexsort((allowed.ids, -scores))[:k]
+        return [(int(allowed.ids[i]), float(scores[i])) for i in order]
+
+    @staticmethod
+    def _inside(graph: DomainGraph, relations: np.ndarray, entity: int, allowed: Allowed | None) -> Sequence[int]:
+        """The relations of ``entity`` whose other end is allowed (``relations`` itself without a scope)."""
+        if allowed is None:
+            return relations
+        return [r for r in relations if graph.other_end(int(r), entity) in allowed.members]
+
     # ----- shared look-ups -----------------------------------------------------------------------------
-    def _resolve(self, graph: DomainGraph, name: str, *, fuzzy: bool) -> int | None:
-        """Exact normalised-key match; with ``fuzzy``, else the nearest name in the entity index."""
+    def _resolve(self, graph: DomainGraph, name: str, *, fuzzy: bool, allowed: Allowed | None = None) -> int | None:
+        """Exact normalised-key match; with ``fuzzy``, else the nearest name in the entity index.
+
+        With a scope, an entity outside it is not found, and the fallback looks among those inside.
+        """
         found = graph.lookup(name)
+        if found is not None and allowed is not None and found not in allowed.members:
+            found = None
         if found is not None or not fuzzy or graph.vectors is None or not name.strip():
             return found  # a stale or missing index gives no fallback
-        best, score = graph.nearest(self._embed(name), 1)[0]
+        hits = self._nearest(graph, self._embed(name), 1, allowed)
+        if not hits:
+            return None
+        best, score = hits[0]
         return best if score >= self.tool_params.fuzzy_min_score else None
 
     @staticmethod
@@ -236,24 +323,26 @@ class KGToolbox:
         return _error(ErrorType.ENTITY_NOT_FOUND, f'Entity "{_clip(name.strip(), 120)}" not found in KG')
 
     # ----- Omne-R1 tools -------------------------------------------------------------------------------
-    def _entity_matcher(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+    def _entity_matcher(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
         query = args["node_name"].strip()
         if not query:
             return _error(ErrorType.INVALID_ARGUMENT, "entity_matcher: node_name is empty")
-        hits = graph.nearest(self._embed(query), self.tool_params.entity_matcher_top_k)
+        hits = self._nearest(graph, self._embed(query), self.tool_params.entity_matcher_top_k,
+                             self.allowed(graph, episode.scope))
         lines = [f"Found {len(hits)} entities matching '{_clip(query, 120)}':"]
         lines += [f"{rank}. Entity: {graph.names[i]} Description: {_clip(graph.descriptions[i]) or 'none'}"
                   for rank, (i, _score) in enumerate(hits, start=1)]
         return "\n".join(lines)
 
-    def _node_info(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
+    def _node_info(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
         name = args["node_name"]
-        entity = self._resolve(graph, name, fuzzy=True)
+        allowed = self.allowed(graph, episode.scope)
+        entity = self._resolve(graph, name, fuzzy=True, allowed=allowed)
         if entity is None:
             return self._not_found(name)
-        relations = list(graph.incident(entity))
+        relations = list(self._inside(graph, graph.incident(entity), entity, allowed))
         lines = []
-        if graph.lookup(name) is None:
+        if graph.lookup(name) != entity:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
         lines += [f"Entity: {graph.names[entity]}", f"Type: {graph.types[entity] or 'unknown'}",
                   f"Description: {graph.descriptions[entity] or 'none'}", f"Relations ({len(relations)}):"]
@@ -276,31 +365,35 @@ class KGToolbox:
             return ", ".join(items[:cap]) + f", … {len(items) - cap} more"
         return ", ".join(items)
 
-    def _relations(self, graph: DomainGraph, args: dict[str, Any], side: str) -> str | ToolError:
+    def _relations(self, graph: DomainGraph, args: dict[str, Any], side: str, episode: EpisodeState) -> str | ToolError:
         name = args["entity"]
-        entity = self._resolve(graph, name, fuzzy=False)
+        allowed = self.allowed(graph, episode.scope)
+        entity = self._resolve(graph, name, fuzzy=False, allowed=allowed)
         if entity is None:
             return self._not_found(name)
-        relations = graph.outgoing(entity) if side == "Tail" else graph.incoming(entity)
+        relations = self._inside(graph, graph.outgoing(entity) if side == "Tail" else graph.incoming(entity),
+                                 entity, allowed)
         labels = sorted({graph.rel_keywords[r] for r in relations})
         if not labels:
             return _error(ErrorType.NO_RESULTS,
                           f'No {side.lower()} relations found for entity "{graph.names[entity]}" in knowledge graph')
         return f'{side} relations for entity "{graph.names[entity]}": {self._listed(labels)}'
 
-    def _head_relations(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
-        return self._relations(graph, args, "Head")
+    def _head_relations(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
+        return self._relations(graph, args, "Head", episode)
 
-    def _tail_relations(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
-        return self._relations(graph, args, "Tail")
+    def _tail_relations(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
+        return self._relations(graph, args, "Tail", episode)
 
-    def _entities(self, graph: DomainGraph, args: dict[str, Any], side: str) -> str | ToolError:
+    def _entities(self, graph: DomainGraph, args: dict[str, Any], side: str, episode: EpisodeState) -> str | ToolError:
         name, relation = args["entity"], args["relation"]
-        entity = self._resolve(graph, name, fuzzy=False)
+        allowed = self.allowed(graph, episode.scope)
+        entity = self._resolve(graph, name, fuzzy=False, allowed=allowed)
         if entity is None:
             return self._not_found(name)
         key = normalise_key(relation)
-        candidates = graph.outgoing(entity) if side == "Tail" else graph.incoming(entity)
+        candidates = self._inside(graph, graph.outgoing(entity) if side == "Tail" else graph.incoming(entity),
+                                  entity, allowed)
         matching = [r for r in candidates if graph.rel_keys[r] == key]
         if not matching:
             if key not in graph.relation_key_set:
@@ -311,16 +404,17 @@ class KGToolbox:
         return (f'{side} entities for entity "{graph.names[entity]}" with relation '
                 f'"{graph.rel_keywords[matching[0]]}": {self._listed(others)}')
 
-    def _head_entities(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
-        return self._entities(graph, args, "Head")
+    def _head_entities(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
+        return self._entities(graph, args, "Head", episode)
 
-    def _tail_entities(self, graph: DomainGraph, args: dict[str, Any], _: EpisodeState) -> str | ToolError:
-        return self._entities(graph, args, "Tail")
+    def _tail_entities(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
+        return self._entities(graph, args, "Tail", episode)
 
     # ----- KG-Reasoner / KG-Hopper search ---------------------------------------------------------------
-    def _relevant_triples(self, graph: DomainGraph, entity: int, question: str) -> list[int]:
+    def _relevant_triples(self, graph: DomainGraph, entity: int, question: str,
+                          allowed: Allowed | None = None) -> list[int]:
         """Stage 1: the entity's predicates, ranked by similarity to the question; stage 2: their triples."""
-        incident = graph.incident(entity)
+        incident = self._inside(graph, graph.incident(entity), entity, allowed)
         labels = sorted({graph.rel_keywords[r] for r in incident})
         if not labels:
             return []
@@ -332,7 +426,7 @@ class KGToolbox:
         return ranked[: self.tool_params.search_max_triples]
 
     def _expand(self, graph: DomainGraph, entity: int, question: str, episode: EpisodeState, header: str) -> str:
-        triples = self._relevant_triples(graph, entity, question)
+        triples = self._relevant_triples(graph, entity, question, self.allowed(graph, episode.scope))
         visited = {frame.entity for frame in episode.path} | {entity}
         candidates = list(dict.fromkeys(graph.other_end(r, entity) for r in triples))
         episode.path.append(Frame(entity=entity, question=question,
@@ -359,7 +453,7 @@ class KGToolbox:
                               f'next candidate: "{graph.names[candidate]}".\n')
                     return self._expand(graph, candidate, question or parent.question, episode, header)
             return _error(ErrorType.NO_RESULTS, f'"{graph.names[parent.entity]}" has no more candidates to try')
-        entity = self._resolve(graph, args["entity"], fuzzy=True)
+        entity = self._resolve(graph, args["entity"], fuzzy=True, allowed=self.allowed(graph, episode.scope))
         if entity is None:
             return self._not_found(args["entity"])
         if episode.path and entity in episode.path[-1].candidates:  # following a candidate of the last step

@@ -43,6 +43,7 @@ class EvalResult(BaseModel):
     folder: Path
     metrics: Any  # EvalMetrics
     trajectories: list[Trajectory]
+    kgqa: dict[str, Any] | None = None  # an external KGQA set: its coverage summary (KGQASet.summary)
 
 
 def load_split(params: Params, split: str) -> list[QAPair]:
@@ -81,11 +82,16 @@ def make_protocol(params: Params, protocol: str, baseline: str | None) -> Protoc
 
 def retrieval_context(toolbox: KGToolbox, pair: QAPair, top_k: int) -> str:
     """LightRAG-style single-shot retrieval: the entities nearest the question, with their neighbourhoods."""
-    graph = toolbox.graph(pair.domain)
-    vector = toolbox._embed(pair.question)  # noqa: SLF001 - the toolbox's own cached encoder
+    return retrieval_facts(toolbox, pair.question, pair.domain, top_k)
+
+
+def retrieval_facts(toolbox: KGToolbox, question: str, domain: str, top_k: int) -> str:
+    """``retrieval_context`` for any question of a domain (external KGQA sets have no QAPair)."""
+    graph = toolbox.graph(domain)
+    vector = toolbox._embed(question)  # noqa: SLF001 - the toolbox's own cached encoder
     ids = [i for i, _ in graph.nearest(vector, top_k)] if graph.vectors is not None else []
     facts = [toolbox.call(json.dumps({"name": "node_info", "arguments": {"node_name": graph.names[i],
-                                                                       "graph_type": pair.domain}})).content
+                                                                       "graph_type": domain}})).content
              for i in ids]
     return "Knowledge-graph facts:\n" + "\n\n".join(facts)
 
@@ -154,22 +160,37 @@ def run_name(model: str, protocol: str, baseline: str | None, split: str) -> str
 def evaluate(params: Params, model: str = "base", *, split: str | None = None, limit: int | None = None,
              protocol: str | None = None, baseline: str | None = None, endpoint: str | None = None,
              tools: ToolClient | None = None, client: ChatClient | None = None, name: str | None = None,
-             progress: bool = True) -> EvalResult:
-    """Roll out, score and report; the report folder is artifacts/reports/<run>/."""
+             progress: bool = True, kgqa: str | Path | None = None, triples: str | Path | None = None,
+             kgqa_domain: str | None = None, kgqa_hops: int = 2) -> EvalResult:
+    """Roll out, score and report; the report folder is artifacts/reports/<run>/.
+
+    With ``kgqa`` (a WebQSP/CWQ/GrailQA/QALD-style file) the questions come from that file instead of
+    a split, on the KG of ``triples`` (domain ``kgqa_domain``), each episode's tools restricted to the
+    ``kgqa_hops`` subgraph around its topic entities (pipelines.eval.kgqa); ``limit`` is then the number
+    of questions (a stable sample).
+    """
     from pipelines.agent.models import load_agent_model
     from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
     from pipelines.eval.report import write_report
 
-    split = split or params.eval.split
     protocol = protocol or params.agent.protocol
     if baseline is not None and baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
     limit = limit if limit is not None else params.eval.limit
-    pairs = stable_sample(load_split(params, split), limit, params.eval.seed)
-    if not pairs:
-        raise ArtifactMissingError(f"the {split} split has no questions")
-    toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
-    toolbox.load_all()
+    external = None
+    if kgqa is not None:
+        from pipelines.eval.kgqa import prepare_kgqa
+
+        external = prepare_kgqa(params, kgqa, triples=triples, domain=kgqa_domain, hops=kgqa_hops, limit=limit,
+                                seed=params.eval.seed)
+        split, toolbox, pairs = external.split, external.toolbox, []
+    else:
+        split = split or params.eval.split
+        pairs = stable_sample(load_split(params, split), limit, params.eval.seed)
+        if not pairs:
+            raise ArtifactMissingError(f"the {split} split has no questions")
+        toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
+        toolbox.load_all()
     chat = client or load_agent_model(model, params, endpoint=endpoint)
     the_protocol = make_protocol(params, protocol, baseline)
     tool_client = tools or InProcessToolClient(toolbox) if the_protocol.uses_tools else None
@@ -177,11 +198,15 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
                                   temperature=params.agent.temperature, batch_size=params.agent.batch_size,
                                   seed=params.eval.seed)
     label = baseline or protocol
-    engine = RolloutEngine(chat, the_protocol, tool_client, engine_params, name=label)
-    tasks = make_tasks(pairs, toolbox, params, baseline, params.eval.samples)
+    if external is not None:
+        engine = external.engine(chat, the_protocol, tool_client, engine_params, name=label)
+        tasks = external.tasks(params, baseline, params.eval.samples)
+    else:
+        engine = RolloutEngine(chat, the_protocol, tool_client, engine_params, name=label)
+        tasks = make_tasks(pairs, toolbox, params, baseline, params.eval.samples)
     runs, trajectories = [], []
     resolve = entity_resolver(toolbox)
-    gold = load_gold_paths(params)
+    gold = load_gold_paths(params) if external is None else {}
     run = name or run_name(chat.model, protocol, baseline, split)
     started = time.perf_counter()
     for repeat in range(params.eval.repeats):
@@ -195,15 +220,27 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     metrics = runs[0]
     if len(runs) > 1:
         metrics.repeats = repeats_summary(runs)
-    dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
-    inputs = {relative_path(qa_dir(params.artifacts_dir, "dataset") / f, params.root): sha
-              for f, sha in (dataset.files.items() if dataset else []) if f in (f"{split}.jsonl", GOLD_FILE)}
+    if params.eval.judge:  # the seed paper's LLM judge for free-form answers, beside EM
+        from pipelines.eval.judge import judge_answers
+        from pipelines.llm.factory import build_chat_client
+
+        metrics.judge = judge_answers(trajectories, build_chat_client(params), params.llm,
+                                      progress=progress).model_dump()
+    if external is not None:
+        inputs = external.inputs(params.root)
+    else:
+        dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
+        inputs = {relative_path(qa_dir(params.artifacts_dir, "dataset") / f, params.root): sha
+                  for f, sha in (dataset.files.items() if dataset else []) if f in (f"{split}.jsonl", GOLD_FILE)}
     shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": split, "limit": limit,
                "agent": params.section("agent"), "eval": params.section("eval"), "profile": params.profile,
                "wall_time_s": round(time.perf_counter() - started, 2)}
+    summary = external.summary(params.root) if external is not None else None
+    if summary is not None:
+        shaping["kgqa"] = summary
     folder = write_report(params.artifacts_dir / "reports" / run, metrics, trajectories, gold_paths=gold,
                           inputs=inputs, params=shaping)
-    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories)
+    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=summary)
 
 
 def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bool = False, **options: Any) -> EvalResult:
