@@ -105,3 +105,20 @@ def test_omne_eval_cli_runs_a_local_model(solar_qa: Params, tmp_path: Path) -> N
     assert "omne evaluation" in result.stdout and "report:" in result.stdout
     metrics = json.loads((solar_qa.artifacts_dir / "reports" / "tiny" / "metrics.json").read_text())
     assert metrics["model"].startswith("tiny-llama-") and metrics["overall"]["n"] >= 1
+
+
+def test_llm_judge_runs_beside_exact_match(solar_qa: Params, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
+
+    judged = scripted_openai_app(lambda body: json.dumps({"reasoning": "same entity", "verdict": True}))
+    params = solar_qa.model_copy(update={"eval": solar_qa.eval.model_copy(update={"judge": True}),
+                                         "llm": solar_qa.llm.model_copy(update={"cache": False})})
+    with serve_in_thread(judged) as url:
+        monkeypatch.setenv("OMNE_LLM_BASE_URL", f"{url}/v1")
+        monkeypatch.setenv("OMNE_LLM_MODEL", "judge-model")
+        result = evaluate(params, client=ScriptedChatClient(lambda r: "<answer>the planet Pluto</answer>"),
+                          split="train", limit=50, progress=False, name="judged")
+    assert result.metrics.overall.em == 0.0
+    assert result.metrics.judge == {"accuracy": 1.0, "asked": result.metrics.overall.n, "failed": 0}
+    assert judged.state.log.total == result.metrics.overall.n
+    assert all(t.judge == {"verdict": True, "reasoning": "same entity"} for t in result.trajectories)
