@@ -175,3 +175,53 @@ def test_token_cap_ends_an_episode(tiny_llama: Path, toolbox) -> None:  # noqa: 
     assert traj.rounds == 1 and not traj.tool_calls and traj.answer is None
     assert (traj.finish, traj.generated_tokens) == ("max_tokens", 5) or \
         (traj.finish == "no_action" and traj.generated_tokens <= 5)
+
+
+def test_a_peft_adapter_folder_loads_on_its_base(tiny_llama: Path, tmp_path: Path, solar) -> None:  # noqa: ANN001
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipelines.agent.models import load_agent_model
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    torch.manual_seed(1)
+    peft_model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    adapter = tmp_path / "adapter"
+    peft_model.save_pretrained(adapter)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(adapter)
+    assert not (adapter / "config.json").exists() and (adapter / "adapter_config.json").is_file()
+    client = load_agent_model(str(adapter), solar)
+    plain = load_agent_model(str(tiny_llama), solar)
+    request = ChatRequest(messages=[{"role": "user", "content": "Which moon orbits Mars?"}], max_tokens=8)
+    adapted, original = client.complete(request), plain.complete(request)
+    assert client.model.startswith("adapter-") and plain.model.startswith("tiny-llama-")
+    assert adapted.completion_tokens >= 1 and original.completion_tokens >= 1
+    merged = dict(client.lm.named_parameters())["model.layers.0.self_attn.q_proj.weight"]
+    assert not torch.equal(merged, dict(plain.lm.named_parameters())["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_rollouts_through_an_openai_compatible_endpoint(toolbox) -> None:  # noqa: ANN001
+    from pipelines.config import LLMParams
+    from pipelines.llm.openai_client import OpenAIChatClient
+    from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
+
+    def handler(body: dict) -> dict:
+        assert body["stop"] == ["</tool_call>", "</answer>"]
+        turns = sum(m["role"] == "assistant" for m in body["messages"])
+        # like the OpenAI API, the reply ends right before the matched stop string
+        text = ('<think>Look up Mars.</think><tool_call>node_info(node_name="Mars", graph_type="solar")' if turns == 0
+                else "<think>Phobos orbits Mars.</think><answer>Phobos")
+        return {"text": text, "finish_reason": "stop"}
+
+    app = scripted_openai_app(handler, latency_s=0.2)  # slow enough that concurrent requests overlap
+    with serve_in_thread(app) as url:
+        client = OpenAIChatClient(LLMParams(concurrency=4), base_url=f"{url}/v1", model="endpoint-model")
+        tasks = [Task(qa_id=str(i), domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"])
+                 for i in range(3)]
+        trajs = RolloutEngine(client, omne(), InProcessToolClient(toolbox), RolloutParams(batch_size=3)).run(
+            tasks, progress=False)
+    for traj in trajs:
+        assert traj.answer == "Phobos" and [c.name for c in traj.tool_calls] == ["node_info"]
+        assert traj.messages[2]["content"].endswith("</tool_call>") and traj.tool_calls[0].ok
+    assert app.state.log.total == 6 and app.state.log.max_in_flight >= 2
