@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 PARAMS_ENV = "OMNE_PARAMS"
 PROFILE_ENV = "OMNE_PROFILE"
@@ -137,6 +137,40 @@ class SFTDataParams(_Section):
     seed: int = 0
 
 
+class SFTParams(_Section):
+    """Stage-2 SFT training (seed paper 000, section 3.4): LoRA or full fine-tuning with the weighted
+    think-loss. Base values are the quick CPU profile; the paper profile sets the paper's sizes."""
+
+    method: Literal["lora", "full"] = "lora"
+    mode: Literal["think", "no_think"] = "think"  # no_think: every gpt turn's thinking becomes the empty <think></think>
+    think_weight: float = Field(0.001, ge=0.0, le=1.0)  # loss weight of <think>...</think> spans (the paper's best)
+    sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.8, 0.2, 0.1, 0.05, 0.01, 0.001, 0.0],
+                                       min_length=1)  # Table 5's grid
+    epochs: float = Field(3.0, gt=0)
+    max_steps: int = Field(-1, ge=-1)  # optimizer steps; -1: epochs decide
+    learning_rate: float | None = Field(None, gt=0)  # None: by method (lora 1e-4, full 1e-5)
+    warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)  # None: by method (lora 0.1, full 0.01)
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
+    lora_r: int = Field(8, ge=1)
+    lora_alpha: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_length: int = Field(1024, ge=16)  # tokens per conversation
+    overlong: Literal["truncate", "drop"] = "truncate"  # a longer conversation: cut at max_length, or left out
+    per_device_batch: int = Field(1, ge=1)
+    grad_accumulation: int = Field(4, ge=1)
+    bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU that supports it
+    gradient_checkpointing: bool = False
+    logging_steps: int = Field(1, ge=1)
+    seed: int = 0
+
+    @field_validator("sweep_weights")
+    @classmethod
+    def _weights_in_unit_interval(cls, value: list[float]) -> list[float]:
+        if any(not 0.0 <= w <= 1.0 for w in value):
+            raise ValueError("every sweep weight must lie in [0, 1]")
+        return value
+
+
 class CheckParams(_Section):
     min_description_share: float = Field(0.5, ge=0.0, le=1.0)
     max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
@@ -156,6 +190,7 @@ class Params(_Section):
     agent: AgentParams = AgentParams()
     eval: EvalParams = EvalParams()
     sft_data: SFTDataParams = SFTDataParams()
+    sft: SFTParams = SFTParams()
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
     @property

@@ -49,11 +49,16 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
     folder = resolve_model_folder(spec, params)
     device = params.agent.device
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-        from peft import PeftModel
+        # an SFT/RL adapter: the base grown to the adapter's tokenizer (<think> tokens), adapter merged in
+        from pipelines.train.sft import load_sft_model
 
         client = TransformersChatClient(adapter_base(folder, params), batch_size=params.agent.batch_size,
                                         device=device)
-        client.lm = PeftModel.from_pretrained(client.lm, folder).merge_and_unload().eval()
-        client.model = model_identity(folder)
+        model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params),
+                                          dtype=client.lm.dtype, device=client.device, merge=True)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        client.lm, client.tokenizer, client.model = model, tokenizer, model_identity(folder)
         return client
     return TransformersChatClient(folder, batch_size=params.agent.batch_size, device=device)
