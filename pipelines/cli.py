@@ -429,6 +429,23 @@ def sft_data_command(ctx: click.Context, force: bool, teacher_endpoint: str | No
                f"{result.manifest.metadata['format_problems']} with format problems -> {result.folder}")
 
 
+@sft.command("train")
+@click.option("--name", default="sft", show_default=True, help="Model folder under artifacts/models/.")
+@click.option("--think-weight", type=click.FloatRange(0.0, 1.0), help="Override sft.think_weight (loss weight of "
+                                                                      "<think> spans).")
+@click.option("--force", is_flag=True, help="Retrain even when data, base model and params are unchanged.")
+@click.pass_context
+def sft_train_command(ctx: click.Context, name: str, think_weight: float | None, force: bool) -> None:
+    """Train the stage-2 model on artifacts/sft/conversations (LoRA or full, weighted think-loss); writes
+    artifacts/models/<name>/ with the adapter, tokenizer, trainer_state.json, loss_curve.png and manifest."""
+    from pipelines.train.stage2 import build_sft_model
+
+    result = build_sft_model(_params(ctx), name=name, think_weight=think_weight, force=force)
+    meta = result.manifest.metadata
+    click.echo(f"{'up to date' if result.skipped else 'trained'}: {meta.get('steps')} steps, final loss "
+               f"{meta.get('final_loss')}, {meta.get('tokens_per_s')} tokens/s -> {result.folder}")
+
+
 @cli.command("eval")
 @click.option("--model", "model", default="base", show_default=True,
               help="base (params agent.base_model), a local transformers folder, a PEFT adapter folder, or the "

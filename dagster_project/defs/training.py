@@ -26,3 +26,20 @@ def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> 
                                            metadata={"conversations": len(records), "malformed": len(bad),
                                                      "examples": dg.MetadataValue.json(dict(list(bad.items())[:5]))})],
     )
+
+
+GPU_TAGS = {"dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}}
+
+
+@dg.asset(group_name="training", kinds={"pytorch", "peft"}, deps=[sft_conversations], pool="gpu", op_tags=GPU_TAGS)
+def sft_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """The stage-2 model: LoRA (or full) SFT with the weighted think-loss, saved in HF/PEFT format."""
+    from pipelines.train.stage2 import build_sft_model
+
+    result = build_sft_model(omne.params(), progress=False)
+    meta = result.manifest.metadata
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(str(result.folder)), "reused_existing": result.skipped,
+        "final_loss": meta.get("final_loss"), "steps": meta.get("steps"), "tokens_per_s": meta.get("tokens_per_s"),
+        "loss_curve": dg.MetadataValue.path(str(result.folder / "loss_curve.png")),
+        "manifest": dg.MetadataValue.json(result.manifest.model_dump(mode="json"))})

@@ -1,0 +1,34 @@
+"""Stage 2 as a build step: SFT conversations + base model -> artifacts/models/<name>/ (adapter or full model).
+
+One function shared by `omne sft train`, the Dagster asset `sft_model` and the DVC stage; the think
+weight can be overridden for the Table-5 sweep (each weight its own model folder).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.config import Params
+from pipelines.kg.errors import ArtifactMissingError
+from pipelines.lineage import read_manifest, relative_path
+from pipelines.train.sft import SFTResult, train_sft
+from pipelines.train.sft_data import read_sft_conversations
+
+
+def sft_model_dir(params: Params, name: str = "sft") -> Path:
+    return params.artifacts_dir / "models" / name
+
+
+def build_sft_model(params: Params, *, name: str = "sft", think_weight: float | None = None, force: bool = False,
+                    progress: bool = True) -> SFTResult:
+    """Train (or reuse, when conversations, base model and sft params are unchanged) the stage-2 model."""
+    from pipelines.agent.models import BASE, resolve_model_folder
+
+    conversations_dir = params.artifacts_dir / "sft" / "conversations"
+    manifest = read_manifest(conversations_dir)
+    if manifest is None:
+        raise ArtifactMissingError(f"{conversations_dir}: SFT conversations not built (run `omne sft data`)")
+    sft = params.sft if think_weight is None else params.sft.model_copy(update={"think_weight": think_weight})
+    inputs = {relative_path(conversations_dir / f, params.root): sha for f, sha in manifest.files.items()}
+    return train_sft(read_sft_conversations(params), resolve_model_folder(BASE, params),
+                     sft_model_dir(params, name), sft, progress=progress, force=force, inputs=inputs)
