@@ -52,6 +52,7 @@ bench: setup
 	$(BIN)/python bench/kg_build.py
 	$(BIN)/python bench/tools.py
 	$(BIN)/python bench/qa.py
+	$(BIN)/python bench/rollout.py
 
 dagster: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000

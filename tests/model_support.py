@@ -29,7 +29,7 @@ def build_tiny_llama(folder: Path, text: str = TEXT, vocab_size: int = 300) -> P
                                         bos_token="<|im_start|>")
     tokenizer.chat_template = CHATML
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16384,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.bos_token_id)
     torch.manual_seed(0)

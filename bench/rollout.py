@@ -1,0 +1,521 @@
+#!/usr/bin/env python
+"""Benchmark of the rollout engine: batched episodes vs a sequential one-question-at-a-time loop.
+
+Every speed is a RATIO against a baseline measured in the same process, ours and the baseline in
+turn, best of N (the machines are noisy: absolute timings move with the load, ratios much less).
+
+    .venv/bin/python bench/rollout.py                                  # 32 test questions, batch 32 vs 1, CPU
+    .venv/bin/python bench/rollout.py --questions 8 --repeat 1         # quick (~1 min)
+    .venv/bin/python bench/rollout.py --device cuda --max-new-tokens 256 --max-rounds 5   # on a GPU
+
+Same model (``load_agent_model("base")`` = SmolLM2-135M-Instruct, or ``--model PATH``), same
+questions (``--questions`` of the ``--split`` split, chosen by ``stable_sample`` over both buckets),
+same protocol (``omne``) and the same in-process KG tools (``InProcessToolClient(KGToolbox)``), greedy:
+
+* ours: ``RolloutEngine`` with ``batch_size`` ``--batch-size`` (32): the live episodes of a batch
+  generate together, one left-padded ``generate`` per round, then their tool calls run;
+* baseline: the same engine with ``batch_size`` 1: one question at a time, round after round.
+
+Reported: questions/s (= samples/s: one rollout per question), generated tokens/s, prompt
+tokens/s, KG calls/s, model turns, the time inside ``generate`` and inside the tools, and whether
+the trajectories (messages) are the same in both (greedy); where they differ, where and why (the
+top-2 logit margin of the model at the first differing token). Target (PASS/MISS, never asserted):
+batched >= 5x the sequential questions/s.
+
+See bench/README.md for the method and the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (MB, RESULTS_DIR, ROOT, RawHelpFormatter, Stage, args_record, load_average, machine_info,
+                     merge_runs, ratio, setup_logging, write_results)
+
+import torch
+
+from pipelines.agent.client import InProcessToolClient
+from pipelines.agent.models import load_agent_model
+from pipelines.agent.protocols import PROTOCOLS, OmneProtocol, Protocol, TurnAction
+from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.agent.tools import KGToolbox
+from pipelines.agent.trajectory import Trajectory
+from pipelines.config import Params, load_params
+from pipelines.eval.runner import load_split, make_protocol, make_tasks, stable_sample
+from pipelines.llm.base import ChatRequest
+from pipelines.qa.models import QAPair
+
+log = logging.getLogger("bench.rollout")
+
+TARGET_SPEEDUP = 5.0  # batched questions/s >= 5x the sequential loop's (CPU, batch 32)
+
+
+# --------------------------------------------------------------------------------------------
+# Setup
+# --------------------------------------------------------------------------------------------
+
+def choose_questions(pairs: list[QAPair], count: int, seed: int) -> list[QAPair]:
+    """``count`` pairs, as even as possible over the buckets, each bucket's chosen by ``stable_sample``
+    (a seeded hash of the ids: the same questions in every run); buckets interleaved."""
+    buckets = sorted({p.bucket for p in pairs})
+    per_bucket = math.ceil(count / max(len(buckets), 1))
+    chosen = stable_sample(pairs, per_bucket, seed)
+    lists = [[p for p in chosen if p.bucket == b] for b in buckets]
+    out: list[QAPair] = []
+    for index in range(per_bucket):
+        for items in lists:
+            if index < len(items) and len(out) < count:
+                out.append(items[index])
+    return out
+
+
+FORCED_CALL = '<tool_call>entity_matcher(node_name="'
+
+
+class ForcedCallProtocol(OmneProtocol):
+    """--force-tool-call: the omne protocol with every turn started by ``FORCED_CALL`` (the assistant
+    prefix), so that the model only writes the name and the rest of the call. A stand-in for a
+    tool-using policy: every episode runs its rounds with a KG call in each (the base model never
+    calls a tool on its own)."""
+
+    def assistant_prefix(self) -> str:
+        return super().assistant_prefix() + FORCED_CALL
+
+    def parse(self, generated: str) -> TurnAction:
+        action = super().parse(FORCED_CALL + generated)
+        if action.text.startswith(FORCED_CALL):  # the engine puts the prefix back in front of the turn
+            action.text = action.text[len(FORCED_CALL):]
+        return action
+
+
+def forced(protocol: Protocol) -> ForcedCallProtocol:
+    return ForcedCallProtocol(protocol.tools, max_rounds=protocol.max_rounds, mode=protocol.mode)
+
+
+class _FirstStep:
+    """A generate streamer that only notes when the first new token comes out: ``put`` is called
+    once with the prompt, then once per step, so its second call ends the prefill (first forward)."""
+
+    def __init__(self) -> None:
+        self.puts = 0
+        self.first: float | None = None
+
+    def put(self, value: Any) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+class GenerateRecorder:
+    """Wraps the local model's ``generate`` (instance attribute, this process only): the number of
+    calls, their rows, prompt widths and steps (rows x steps = token positions decoded, padding and
+    finished rows included), the time inside them, split into prefill (until the first new token,
+    timed with a streamer) and decoding."""
+
+    def __init__(self, lm: Any) -> None:
+        self.inner = lm.generate
+        lm.generate = self
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls = self.rows = self.row_steps = self.steps = self.prefill_positions = 0
+        self.seconds = self.prefill_seconds = 0.0
+        self.max_rows = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        first = _FirstStep() if kwargs.get("streamer") is None else None
+        if first is not None:
+            kwargs["streamer"] = first
+        start = time.perf_counter()
+        output = self.inner(*args, **kwargs)
+        end = time.perf_counter()
+        self.seconds += end - start
+        self.prefill_seconds += ((first.first or end) - start) if first is not None else 0.0
+        rows, width = kwargs["input_ids"].shape
+        steps = output.shape[1] - width
+        self.calls += 1
+        self.rows += rows
+        self.max_rows = max(self.max_rows, rows)
+        self.prefill_positions += rows * width
+        self.steps += steps
+        self.row_steps += rows * steps
+        return output
+
+    def record(self, generated: int, wall: float) -> dict[str, Any]:
+        decode = self.seconds - self.prefill_seconds
+        return {"generate_calls": self.calls, "generate_rows": self.rows, "generate_max_rows": self.max_rows,
+                "generate_s": round(self.seconds, 4), "generate_share": round(self.seconds / wall, 4),
+                "prefill_s": round(self.prefill_seconds, 4), "prefill_positions": self.prefill_positions,
+                "decode_s": round(decode, 4), "decode_steps": self.steps, "row_steps": self.row_steps,
+                "decode_ms_per_step": round(decode / max(self.steps - self.calls, 1) * 1000, 2),
+                "useful_step_share": round(generated / self.row_steps, 4) if self.row_steps else None}
+
+
+# --------------------------------------------------------------------------------------------
+# One timed run
+# --------------------------------------------------------------------------------------------
+
+def timed_run(label: str, engine: RolloutEngine, tasks: list[Task], recorder: GenerateRecorder | None,
+              progress: bool) -> tuple[list[Trajectory], dict[str, Any]]:
+    KGToolbox._embed.cache_clear()  # noqa: SLF001 - every run starts with a cold query-embedding cache
+    if recorder is not None:
+        recorder.reset()
+    with Stage(interval=0.05) as stage:  # a coarse RSS sampler: its thread would compete for the GIL
+        trajectories = engine.run(tasks, progress=progress)
+    wall = stage.wall_s
+    turns = sum(t.rounds for t in trajectories)
+    generated = sum(t.generated_tokens for t in trajectories)
+    prompt = sum(t.prompt_tokens for t in trajectories)
+    calls = [c for t in trajectories for c in t.tool_calls]
+    tool_s = sum(c.latency_s for c in calls)
+    m: dict[str, Any] = {
+        "wall_s": round(wall, 4), "cpu_s": round(stage.cpu_s, 4), "peak_extra_rss_mb": round(stage.peak_extra / MB, 1),
+        "questions": len(trajectories), "turns": turns, "generated_tokens": generated, "prompt_tokens": prompt,
+        "kg_calls": len(calls), "kg_calls_ok": sum(c.ok for c in calls),
+        "answered": sum(t.finish == "answer" for t in trajectories),
+        "finish": dict(Counter(t.finish for t in trajectories)),
+        "questions_per_s": round(len(trajectories) / wall, 4), "generated_tokens_per_s": round(generated / wall, 2),
+        "prompt_tokens_per_s": round(prompt / wall, 1), "kg_calls_per_s": round(len(calls) / wall, 3),
+        "turns_per_s": round(turns / wall, 3), "tool_s": round(tool_s, 4),
+    }
+    if recorder is not None:
+        m.update(recorder.record(generated, wall))
+    log.info("    %-22s %7.2f s: %.3f questions/s, %.1f generated tokens/s, %d turns, %d KG calls (%.3f s in tools%s)",
+             label, wall, m["questions_per_s"], m["generated_tokens_per_s"], turns, len(calls), tool_s,
+             f", {recorder.seconds:.2f} s in {recorder.calls} generate calls, of which prefill {recorder.prefill_seconds:.2f} s"
+             if recorder is not None else "")
+    return trajectories, m
+
+
+def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest run's figures, with every run's wall time (merge_runs: least CPU, largest peak memory)."""
+    best = min(runs, key=lambda r: r["wall_s"])
+    return {**best, **merge_runs(runs), "runs": runs}
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing trajectories
+# --------------------------------------------------------------------------------------------
+
+def signature(t: Trajectory) -> tuple:
+    return (t.qa_id, tuple((m["role"], m["content"]) for m in t.messages), t.answer, t.finish)
+
+
+def first_difference(a: Trajectory, b: Trajectory) -> dict[str, Any]:
+    """Where two trajectories of one question part: message index, round, character offset, context."""
+    for index, (ma, mb) in enumerate(zip(a.messages, b.messages, strict=False)):
+        if ma == mb:
+            continue
+        x, y = ma["content"], mb["content"]
+        offset = next((k for k, (u, v) in enumerate(zip(x, y, strict=False)) if u != v), min(len(x), len(y)))
+        round_index = sum(m["role"] == "assistant" for m in a.messages[:index])
+        return {"message": index, "role": ma["role"], "round": round_index, "char": offset,
+                "common": x[max(0, offset - 60):offset], "sequential": x[offset:offset + 60],
+                "batched": y[offset:offset + 60]}
+    return {"message": min(len(a.messages), len(b.messages)), "role": None, "round": None, "char": 0,
+            "common": "", "sequential": f"<{len(a.messages)} messages>", "batched": f"<{len(b.messages)} messages>"}
+
+
+def token_margin(client: Any, a: Trajectory, diff: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+    """At the first differing assistant token: the model's top-2 next tokens and their logit margin in a
+    batch-1 forward pass (a near tie that batched fp arithmetic can flip), or None when not local."""
+    if diff.get("role") != "assistant" or not hasattr(client, "tokenizer"):
+        return None
+    tokenizer, lm = client.tokenizer, client.lm
+    messages = a.messages[:diff["message"]]
+    text = a.messages[diff["message"]]["content"]
+    body = text[len(prefix):] if prefix and text.startswith(prefix) else text
+    ids = tokenizer(body, add_special_tokens=False)["input_ids"]
+    cut = max(0, diff["char"] - (len(text) - len(body)))
+    common = 0  # tokens of the sequential reply wholly before the first differing character
+    for k in range(len(ids) + 1):
+        if len(tokenizer.decode(ids[:k])) <= cut:
+            common = k
+        else:
+            break
+    prompt = client.prompt_ids(ChatRequest(messages=messages, prefix=prefix))
+    input_ids = torch.tensor([prompt + ids[:common]], device=client.device)
+    with torch.inference_mode():
+        logits = lm(input_ids=input_ids).logits[0, -1].float()
+    top = torch.topk(logits, 2)
+    return {"token_index": common, "top2": [tokenizer.decode([int(i)]) for i in top.indices],
+            "top2_logits": [round(float(v), 4) for v in top.values],
+            "margin": round(float(top.values[0] - top.values[1]), 5)}
+
+
+def compare(sequential: list[Trajectory], batched: list[Trajectory], client: Any, prefix: str,
+            diagnose: int) -> dict[str, Any]:
+    differing = [(a, b) for a, b in zip(sequential, batched, strict=True) if signature(a) != signature(b)]
+    out: dict[str, Any] = {"same_trajectories": not differing, "compared": len(sequential),
+                           "differing": len(differing),
+                           "same_answers": sum(a.answer == b.answer for a, b in zip(sequential, batched, strict=True)),
+                           "same_tool_calls": sum([c.text for c in a.tool_calls] == [c.text for c in b.tool_calls]
+                                                  for a, b in zip(sequential, batched, strict=True)),
+                           "examples": []}
+    for a, b in differing[:diagnose]:
+        diff = {"qa_id": a.qa_id, **first_difference(a, b)}
+        try:
+            diff["top2_at_difference"] = token_margin(client, a, diff, prefix)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic only
+            diff["top2_at_difference"] = {"error": f"{type(exc).__name__}: {exc}"}
+        out["examples"].append(diff)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+def render(results: dict[str, Any]) -> str:
+    s, b, setup = results["sequential"], results["batched"], results["setup"]
+    out = [(f"rollout: {setup['questions']} questions of the {setup['split']} split ({setup['buckets']}), protocol "
+            f"{setup['protocol']} ({setup['mode']}), model {setup['model']}, greedy, <= {setup['max_new_tokens']} new "
+            f"tokens x {setup['max_rounds']} rounds, in-process KG tools"
+            + (f", every turn forced to start with {FORCED_CALL!r}" if setup["force_tool_call"] else "")),
+           (f"device {setup['device']} ({setup['dtype']}"
+            + (f", {setup['torch_threads']} torch threads" if setup["device"] == "cpu" else f", {setup['gpu']}")
+            + f"); best of {setup['repeat']} runs each, in turn")]
+    head = (f"{'engine':<20} {'wall s':>8} {'cpu s':>8} {'questions/s':>11} {'gen tok/s':>9} {'prompt tok/s':>12} "
+            f"{'KG calls/s':>10} {'turns':>5} {'gen tok':>7} {'KG calls':>8} {'generate':>8} {'in gen':>6} {'x':>6}")
+    out += ["", head, "-" * len(head)]
+    for label, m in (("sequential (batch 1)", s), (f"batched (batch {setup['batch_size']})", b)):
+        x = s["wall_s"] / m["wall_s"]
+        out.append(f"{label:<20} {m['wall_s']:>8.2f} {m['cpu_s']:>8.2f} {m['questions_per_s']:>11.3f} "
+                   f"{m['generated_tokens_per_s']:>9.1f} {m['prompt_tokens_per_s']:>12.1f} {m['kg_calls_per_s']:>10.2f} "
+                   f"{m['turns']:>5} {m['generated_tokens']:>7} {m['kg_calls']:>8} {m.get('generate_calls', '-'):>8} "
+                   f"{(m.get('generate_share') or 0) * 100:>5.0f}% {x:>6.2f}")
+    c = results["comparison"]
+    out += [(f"x = sequential wall time / this one's; ratio batched/sequential wall = {results['ratio']:.4f}, cpu = "
+             f"{results['cpu_ratio']:.4f}. questions/s = samples/s (one rollout per question). generate = model "
+             f"generate calls; in gen = share of the wall time inside them."),
+            f"answers given: sequential {s['answered']}, batched {b['answered']} of {s['questions']}."]
+    if "generate_calls" in b:
+        head = (f"{'inside generate':<20} {'calls':>5} {'rows':>5} {'prefill s':>9} {'prompt pos':>10} {'decode s':>8} "
+                f"{'steps':>5} {'ms/step':>7} {'kept':>5}")
+        out += ["", head, "-" * len(head)]
+        for label, m in (("sequential", s), ("batched", b)):
+            out.append(f"{label:<20} {m['generate_calls']:>5} {m['generate_rows']:>5} {m['prefill_s']:>9.2f} "
+                       f"{m['prefill_positions']:>10,} {m['decode_s']:>8.2f} {m['decode_steps']:>5} "
+                       f"{m['decode_ms_per_step']:>7.1f} {(m['useful_step_share'] or 0) * 100:>4.0f}%")
+        out.append("prefill = until the first new token (prompt positions = rows x padded prompt width); steps = "
+                   "decoding steps of all calls; kept = generated tokens / (rows x steps): the rest are rows that "
+                   "had stopped, or text cut at a stop string, while their batch ran on.")
+    out.append("")
+    if c["same_trajectories"]:
+        out.append(f"same trajectories: true (all {c['compared']} questions: the same messages, answers and finish)")
+    else:
+        out.append(f"same trajectories: false: {c['differing']} of {c['compared']} questions differ (same answer in "
+                   f"{c['same_answers']}, same tool calls in {c['same_tool_calls']})")
+        for e in c["examples"]:
+            margin = e.get("top2_at_difference") or {}
+            why = (f"; top-2 at that token {margin['top2']} logit margin {margin['margin']:.4g}"
+                   if "margin" in margin else "")
+            out.append(f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
+                       f"{e['sequential'][:24]!r} vs {e['batched'][:24]!r}{why}")
+    det = results["determinism"]
+    out.append(f"repeat runs identical: sequential {str(det['sequential']).lower()}, batched "
+               f"{str(det['batched']).lower()}")
+    out += ["", "targets"]
+    for t in results["targets"]:
+        verdict = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "MISS")
+        out.append(f"  {verdict}  {t['target']:<52} {t['value']:,.2f} {t['unit']}")
+    m = results["machine"]
+    out += ["", f"{m['cpu_cores']} CPU cores; load average at start {m['load_average_at_start'][0]:.2f}, at end "
+                f"{m['load_average_at_end'][0]:.2f}."]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/rollout.py", formatter_class=RawHelpFormatter,
+        description="Benchmark the batched rollout engine against a sequential one-question-at-a-time loop, timed "
+                    "in the same process\n(in turn, best of N): the same model, questions, protocol and in-process "
+                    "KG tools, greedy decoding.\n"
+                    "  ours:     RolloutEngine with batch_size --batch-size (the live episodes generate together, "
+                    "one left-padded\n            generate per round);\n"
+                    "  baseline: the same engine with batch_size 1 (one question at a time).\n"
+                    "Reports questions/s (= samples/s), generated tokens/s, prompt tokens/s, KG calls/s, turns, the "
+                    "ratio, and whether\nthe trajectories are the same (and, where not, the first differing token "
+                    "and the model's top-2 logit margin there).",
+        epilog="Target (printed as PASS/MISS, never asserted): batched >= 5x the sequential questions/s.\n"
+               "The defaults keep the sequential loop to a few minutes on 2 CPU cores (about 8-10 minutes in all).\n"
+               "Results: a table on stdout, every number in --out (bench/results/ is git-ignored).")
+    parser.add_argument("--model", default="base", metavar="PATH",
+                        help="'base' (params agent.base_model: SmolLM2-135M-Instruct, converted once to "
+                             "artifacts/models/smollm2), a local transformers folder or a PEFT adapter folder")
+    parser.add_argument("--questions", type=int, default=32, metavar="N",
+                        help="questions rolled out, as even as possible over the buckets (1-2 hops, 3+), chosen by "
+                             "stable_sample (seeded hash of the ids: the same in every run)")
+    parser.add_argument("--split", choices=("train", "val", "test"), default="test", help="QA split to take them from")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N",
+                        help="episodes of the batched engine generated together (the client's generate batch too); "
+                             "the baseline: 1")
+    parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="generated tokens per round")
+    parser.add_argument("--max-rounds", type=int, default=2, metavar="N", help="model turns per episode")
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="omne", help="agent protocol")
+    parser.add_argument("--mode", choices=("think", "no_think"), default=None,
+                        help="think mode (default: params agent.mode)")
+    parser.add_argument("--force-tool-call", action="store_true",
+                        help="omne protocol only: start every turn with '<tool_call>entity_matcher(node_name=\"' so "
+                             "that the model writes a name and the rest of the call. The base model never calls a tool "
+                             "on its own (it answers in plain text in one turn: no KG call, one turn per question); "
+                             "this stands in for a tool-using policy: --max-rounds turns per question with a KG call "
+                             "in each")
+    parser.add_argument("--repeat", type=int, default=2, metavar="N",
+                        help="runs of each engine (sequential then batched, in turn; the fastest kept)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the model runs (auto: cuda when available)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="model weights (auto: the client's choice, float32 on cpu, bfloat16 on cuda)")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch intra-op threads on cpu (0: torch's default, one per core). 1 by default: on a "
+                             "shared machine torch's OpenMP threads lose their time slice whenever another process "
+                             "holds a core (a batch-1 forward measured 5x slower with 2 threads than with 1 under "
+                             "load)")
+    parser.add_argument("--diagnose", type=int, default=5, metavar="N",
+                        help="differing trajectories to explain (first differing token, top-2 logits at it)")
+    parser.add_argument("--require-same", action="store_true",
+                        help="exit with status 1 when the sequential and batched trajectories differ")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the question sample (default: params eval.seed)")
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params.yaml to read")
+    parser.add_argument("--profile", default=None, help="params profile (default: the file's)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "rollout.json", help="where to write the JSON results")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    args = parser.parse_args(argv)
+    for name in ("questions", "batch_size", "max_new_tokens", "max_rounds", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("threads", "diagnose"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name} must be >= 0")
+    if args.force_tool_call and args.protocol != "omne":
+        parser.error("--force-tool-call goes with --protocol omne")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    return args
+
+
+def bench_params(params: Params, args: argparse.Namespace) -> Params:
+    agent = params.agent.model_copy(update={
+        "max_rounds": args.max_rounds, "kg_r1_max_queries": max(1, args.max_rounds - 1),
+        "max_new_tokens": args.max_new_tokens, "temperature": 0.0, "batch_size": args.batch_size,
+        "device": args.device, **({"mode": args.mode} if args.mode else {})})
+    return params.model_copy(update={"agent": agent})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.verbose, ("httpx", "filelock", "pipelines", "sentence_transformers", "transformers"))
+    started, load_start = time.perf_counter(), load_average()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    params = bench_params(load_params(args.params, args.profile), args)
+    seed = params.eval.seed if args.seed is None else args.seed
+
+    pairs = choose_questions(load_split(params, args.split), args.questions, seed)
+    if not pairs:
+        raise SystemExit(f"the {args.split} split has no questions")
+    buckets = Counter(p.bucket for p in pairs)
+    log.info("%d questions of the %s split (%s)", len(pairs), args.split,
+             ", ".join(f"{n} x {b}" for b, n in sorted(buckets.items())))
+
+    t0 = time.perf_counter()
+    toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
+    toolbox.load_all()
+    toolbox._embed("warm-up")  # noqa: SLF001 - loads the query encoder outside the timings
+    tools = InProcessToolClient(toolbox)
+    client = load_agent_model(args.model, params)
+    if args.dtype != "auto":
+        client.lm = client.lm.to(getattr(torch, args.dtype))
+    if hasattr(client, "batch_size"):
+        client.batch_size = args.batch_size  # one generate per round for the batched engine
+    lm = getattr(client, "lm", None)
+    recorder = GenerateRecorder(lm) if lm is not None else None
+    device = getattr(client, "device", "endpoint")
+    dtype = str(next(lm.parameters()).dtype).removeprefix("torch.") if lm is not None else None
+    log.info("model %s on %s (%s), tools loaded, in %.1f s", client.model, device, dtype, time.perf_counter() - t0)
+
+    protocol = make_protocol(params, args.protocol, None)
+    protocol.max_rounds = args.max_rounds
+    if args.force_tool_call:
+        protocol = forced(protocol)
+    tasks = make_tasks(pairs, toolbox, params, None, 1)
+    base = RolloutParams(max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=1, seed=seed)
+    sequential = RolloutEngine(client, protocol, tools, base, name=args.protocol)
+    batched = RolloutEngine(client, protocol, tools, base.model_copy(update={"batch_size": args.batch_size}),
+                            name=args.protocol)
+
+    # warm-up (untimed): first generate calls at batch 1 and batch 2, stop-string tables, tool paths
+    t0 = time.perf_counter()
+    warm = RolloutParams(max_new_tokens=min(8, args.max_new_tokens), temperature=0.0, batch_size=2, seed=seed)
+    RolloutEngine(client, protocol, tools, warm, name="warm-up").run(tasks[:2], progress=False)
+    RolloutEngine(client, protocol, tools, warm.model_copy(update={"batch_size": 1}), name="warm-up").run(
+        tasks[:1], progress=False)
+    log.info("warm-up in %.1f s", time.perf_counter() - t0)
+
+    progress = sys.stderr.isatty()
+    runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "batched": []}
+    signatures: dict[str, list[tuple]] = {"sequential": [], "batched": []}
+    kept: dict[str, list[Trajectory]] = {}
+    log.info("rollouts: sequential (batch 1) vs batched (batch %d), x%d each, in turn; <= %d new tokens x %d rounds",
+             args.batch_size, args.repeat, args.max_new_tokens, args.max_rounds)
+    for index in range(args.repeat):
+        log.info("  run %d of %d", index + 1, args.repeat)
+        for label, engine in (("sequential", sequential), ("batched", batched)):
+            kept[label] = []  # let the previous run's trajectories go first
+            kept[label], m = timed_run(label, engine, tasks, recorder, progress)
+            runs[label].append(m)
+            signatures[label].append(tuple(signature(t) for t in kept[label]))
+
+    seq_m, bat_m = best_of(runs["sequential"]), best_of(runs["batched"])
+    comparison = compare(kept["sequential"], kept["batched"], client, protocol.assistant_prefix(), args.diagnose)
+    speedup = round(seq_m["wall_s"] / bat_m["wall_s"], 3)
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
+    results: dict[str, Any] = {
+        "benchmark": "rollout",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {**machine_info(), "load_average_at_start": load_start, "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads(), "cuda_available": torch.cuda.is_available(),
+                    "gpu": gpu},
+        "args": args_record(args),
+        "setup": {"questions": len(tasks), "buckets": ", ".join(f"{n} x {b}" for b, n in sorted(buckets.items())),
+                  "split": args.split, "qa_ids": [t.qa_id for t in tasks], "protocol": args.protocol,
+                  "mode": protocol.mode, "model": client.model, "device": device, "dtype": dtype, "gpu": gpu,
+                  "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
+                  "max_new_tokens": args.max_new_tokens, "max_rounds": args.max_rounds, "repeat": args.repeat,
+                  "seed": seed, "profile": params.profile, "force_tool_call": args.force_tool_call},
+        "sequential": seq_m, "batched": bat_m,
+        "speedup": speedup, "ratio": ratio(bat_m["wall_s"], seq_m["wall_s"]),
+        "cpu_ratio": ratio(bat_m["cpu_s"], seq_m["cpu_s"]),
+        "throughput_ratio_generated_tokens": ratio(bat_m["generated_tokens_per_s"], seq_m["generated_tokens_per_s"]),
+        "comparison": comparison,
+        "determinism": {label: len(set(sigs)) == 1 for label, sigs in signatures.items()},
+    }
+    results["machine"]["load_average_at_end"] = load_average()
+    results["targets"] = [{"target": f"batched (batch {args.batch_size}) >= {TARGET_SPEEDUP:g}x sequential questions/s",
+                           "value": speedup, "unit": "x", "pass": speedup >= TARGET_SPEEDUP}]
+    log.info("batched %.2f s vs sequential %.2f s: %.2fx; same trajectories: %s (%d of %d differ)", bat_m["wall_s"],
+             seq_m["wall_s"], speedup, comparison["same_trajectories"], comparison["differing"], comparison["compared"])
+    write_results(results, render(results), args.out, started)
+    return 1 if args.require_same and not comparison["same_trajectories"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
