@@ -27,7 +27,8 @@ def repo(tmp_path: Path) -> Path:
     params = root / "params.yaml"
     model = build_tiny_llama(tmp_path / "tiny-llama")
     params.write_text(params.read_text().replace("test_share: 0.1 ", "test_share: 0.5 ")
-                      .replace("base_model: smollm2 ", f"base_model: {model} "))
+                      .replace("base_model: smollm2 ", f"base_model: {model} ")
+                      .replace("max_steps: 30 ", "max_steps: 2 ").replace("max_length: 4096 ", "max_length: 16384 "))
     shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
     shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
     (root / ".gitignore").write_text("/artifacts/\n")
