@@ -354,7 +354,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "ratio, and whether\nthe trajectories are the same (and, where not, the first differing token "
                     "and the model's top-2 logit margin there).",
         epilog="Target (printed as PASS/MISS, never asserted): batched >= 5x the sequential questions/s.\n"
-               "The defaults keep the sequential loop to a few minutes on 2 CPU cores (about 8-10 minutes in all).\n"
+               "The defaults keep each sequential run to 3-5 minutes on 2 CPU cores (11-15 minutes in all, 2 runs of "
+               "each).\n"
                "Results: a table on stdout, every number in --out (bench/results/ is git-ignored).")
     parser.add_argument("--model", default="base", metavar="PATH",
                         help="'base' (params agent.base_model: SmolLM2-135M-Instruct, converted once to "
