@@ -81,3 +81,15 @@ def server(toolbox) -> Iterator[str]:  # noqa: ANN001
 
     with ServerThread(create_app(toolbox)) as running:
         yield running.url
+
+
+@pytest.fixture(scope="module")
+def solar_qa(solar: Params) -> Params:
+    """The solar project with its QA dataset built (seeds, pairs, gold paths, splits)."""
+    from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+
+    build_seed_subgraphs("solar", solar)
+    build_qa_pairs("solar", solar)
+    build_gold_paths("solar", solar)
+    build_qa_dataset(solar, ["solar"])
+    return solar

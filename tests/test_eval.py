@@ -14,17 +14,7 @@ from pipelines.config import Params
 from pipelines.eval.runner import evaluate, load_split
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
-from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
 from tests.conftest import cli_env
-
-
-@pytest.fixture(scope="module")
-def solar_qa(solar: Params) -> Params:
-    build_seed_subgraphs("solar", solar)
-    build_qa_pairs("solar", solar)
-    build_gold_paths("solar", solar)
-    build_qa_dataset(solar, ["solar"])
-    return solar
 
 
 def gold_policy(params: Params):  # noqa: ANN201

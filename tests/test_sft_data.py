@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
 from pipelines.eval.runner import load_split
 from pipelines.llm.scripted import ScriptedChatClient
-from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
 from pipelines.train.sft_data import (SFTConversation, build_sft_conversations, format_problems, omne_protocol,
                                       read_sft_conversations, trajectory_conversation)
 from tests.test_eval import gold_policy
-
-
-@pytest.fixture(scope="module")
-def solar_qa(solar: Params) -> Params:
-    build_seed_subgraphs("solar", solar)
-    build_qa_pairs("solar", solar)
-    build_gold_paths("solar", solar)
-    build_qa_dataset(solar, ["solar"])
-    return solar
 
 
 def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_qa: Params) -> None:

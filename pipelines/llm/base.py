@@ -96,6 +96,14 @@ class ChatClient(Protocol):
                       on_reply: OnReply | None = None) -> list[ChatReply | LLMError]: ...
 
 
+def complete_one(client: ChatClient, request: ChatRequest) -> ChatReply:
+    """``complete`` in terms of ``complete_many``: one request, its failure raised as the ``LLMError``."""
+    result = client.complete_many([request])[0]
+    if isinstance(result, LLMError):
+        raise result
+    return result
+
+
 def json_object(text: str) -> dict[str, Any]:
     """Parse a reply that must be one JSON object; a ```json fence around it is tolerated.
 

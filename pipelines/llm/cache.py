@@ -15,7 +15,7 @@ from types import TracebackType
 import diskcache
 from pydantic import ValidationError
 
-from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError, OnReply, Usage
+from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError, OnReply, Usage, complete_one
 
 KEY_PREFIX = "chat:v1:"
 
@@ -57,10 +57,7 @@ class CachedChatClient:
         return len(self._cache)
 
     def complete(self, request: ChatRequest) -> ChatReply:
-        result = self.complete_many([request])[0]
-        if isinstance(result, LLMError):
-            raise result
-        return result
+        return complete_one(self, request)
 
     def complete_many(self, requests: list[ChatRequest], *, progress: bool = False, desc: str = "llm",
                       on_reply: OnReply | None = None) -> list[ChatReply | LLMError]:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from pipelines.atomic import atomic_directory
-from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, cut_at_stop
+from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, cut_at_stop, complete_one
 from pipelines.lineage import new_manifest, read_manifest, sha256_file, sha256_files, write_manifest
 
 log = logging.getLogger(__name__)
@@ -143,10 +143,7 @@ class TransformersChatClient:
         return f"TransformersChatClient({str(self.path)!r}, model={self.model!r}, device={self.device!r})"
 
     def complete(self, request: ChatRequest) -> ChatReply:
-        result = self.complete_many([request])[0]
-        if isinstance(result, LLMError):
-            raise result
-        return result
+        return complete_one(self, request)
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False)

@@ -20,7 +20,7 @@ import openai
 from tqdm.auto import tqdm
 
 from pipelines.config import ConfigError, LLMParams
-from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, close_stop
+from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, close_stop, complete_one
 
 T = TypeVar("T")
 
@@ -69,10 +69,7 @@ class OpenAIChatClient:
         return f"OpenAIChatClient(base_url={self.base_url!r}, model={self.model!r})"
 
     def complete(self, request: ChatRequest) -> ChatReply:
-        result = self.complete_many([request])[0]
-        if isinstance(result, LLMError):
-            raise result
-        return result
+        return complete_one(self, request)
 
     def complete_many(self, requests: list[ChatRequest], *, progress: bool = False, desc: str = "llm",
                       on_reply: OnReply | None = None) -> list[ChatReply | LLMError]:
