@@ -552,6 +552,32 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool
         click.echo(f"report: {result.folder / 'report.html'}")
 
 
+@cli.command("lineage")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (every artifact of the chain, flat).")
+@click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Folder that recorded input paths are relative to (default: the nearest params.yaml upwards).")
+def lineage_command(path: Path, as_json: bool, root: Path | None) -> None:
+    """Trace an artifact (a model, report or dataset; a file or its folder) back to the KG sources: hashes,
+    params, code version, creation time. Exits 1 when anything in the chain is stale (an input changed since)."""
+    from rich.console import Console
+
+    from pipelines.lineage import LineageError, audit_lineage, lineage_tree
+
+    try:
+        report = audit_lineage(path, root)
+    except LineageError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATH") from None
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        Console(highlight=False).print(lineage_tree(report))
+        if report.stale:
+            click.secho(f"stale: {', '.join(report.stale_artifacts)}", fg="red", err=True)
+    if report.stale:
+        sys.exit(1)
+
+
 def _run_qa_checks(params: Params) -> None:
     """The QA dataset's blocking checks (Great Expectations suite, split leakage); exit 1 when one fails."""
     from pipelines.qa.build import read_qa_dataset
