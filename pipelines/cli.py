@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
@@ -446,6 +447,58 @@ def sft_train_command(ctx: click.Context, name: str, think_weight: float | None,
                f"{meta.get('final_loss')}, {meta.get('tokens_per_s')} tokens/s -> {result.folder}")
 
 
+@sft.command("sweep")
+@click.option("--weight", "weights", type=click.FloatRange(0.0, 1.0), multiple=True,
+              help="Think weight to train (repeatable; default: sft.sweep_weights, the paper's Table 5 grid).")
+@click.option("--force", is_flag=True, help="Retrain and re-evaluate even when up to date.")
+@click.pass_context
+def sft_sweep_command(ctx: click.Context, weights: tuple[float, ...], force: bool) -> None:
+    """The think-weight sweep: one SFT model per weight (sft.sweep_max_steps steps each), each evaluated on
+    the same sample; writes artifacts/reports/think_sweep/ (sweep.json, sweep.png). A killed sweep resumes:
+    finished models and reports are reused."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipelines.train.sweep import run_think_sweep
+
+    result = run_think_sweep(_params(ctx), weights=list(weights) or None, force=force)
+    table = Table(title="think-weight sweep")
+    buckets = sorted({b for p in result.points for b in p.em_by_bucket})
+    for column in ("think weight", "steps", "final loss", "EM", *(f"EM {b}" for b in buckets), "F1", "gen tok/q"):
+        table.add_column(column, justify="right")
+    for p in result.points:
+        table.add_row(f"{p.think_weight:g}", str(p.steps), f"{p.final_loss:.4f}" if p.final_loss is not None else "-",
+                      f"{p.em:.3f}", *(f"{p.em_by_bucket.get(b, 0.0):.3f}" for b in buckets), f"{p.f1:.3f}",
+                      f"{p.generated_tokens_mean:.0f}")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    click.echo(f"report: {result.folder / 'sweep.png'}")
+
+
+@cli.command("rl")
+@click.option("--stage", type=click.Choice(["1", "3"]), required=True,
+              help="1: from the base model on QA pairs (rl.stage1); 3: from the SFT model (rl.stage3).")
+@click.option("--start", help="Model to start from instead (a transformers folder or an SFT/RL adapter folder).")
+@click.option("--name", help="Model folder under artifacts/models/ (default: rl-stage<N>).")
+@click.option("--force", is_flag=True, help="Retrain even when the start model, data and params are unchanged.")
+@click.pass_context
+def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | None, force: bool) -> None:
+    """Reinforcement learning with multi-turn tool rollouts (TRL GRPOTrainer; rl.<stage>.algorithm ppo adds a
+    value model and GAE): rewards by name from rl.<stage>.rewards; writes artifacts/models/<name>/ (merged
+    model, trainer_state.json with the log history, training_curves.png, manifest.json)."""
+    from pipelines.train.rl import train_rl
+
+    result = train_rl(_params(ctx), int(stage), start=start, name=name, force=force)
+    meta = result.manifest.metadata
+    click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {result.manifest.rows.get('steps')} "
+               f"steps, mean reward {_fmt(meta.get('reward_first_half_mean'))} (first half) -> "
+               f"{_fmt(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')} "
+               f"-> {result.folder}")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 @cli.command("eval")
 @click.option("--model", "model", default="base", show_default=True,
               help="base (params agent.base_model), a local transformers folder, a PEFT adapter folder, or the "
@@ -530,11 +583,14 @@ def print_eval_table(runs: list) -> None:
 @cli.command()
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")
-@click.option("--skip-eval", is_flag=True, help="Stop after the QA dataset (no model evaluation).")
+@click.option("--skip-eval", is_flag=True, help="Stop after the QA dataset (no training, no evaluation).")
+@click.option("--skip-train", is_flag=True, help="Evaluate the base model only (no SFT data, training or SFT eval).")
 @click.pass_context
-def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool) -> None:
+def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool, skip_train: bool) -> None:
     """The main job: every domain's KG, entity index, seed subgraphs, QA pairs and gold paths, the merged
-    QA dataset, then the base model with tools evaluated on a sample of the test split; prints a table per stage."""
+    QA dataset, the base model with tools evaluated on a sample of the test split, then stage 2 (SFT
+    conversations, the SFT model) evaluated on the same sample; prints a table per stage. Each step is
+    reused when its inputs are unchanged, so a rerun (or a resumed run) only does what is missing."""
     from pipelines.run import print_domain_table, run_main_job, run_qa_dataset
 
     params = _params(ctx)
@@ -547,9 +603,27 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool
     if not skip_eval:
         from pipelines.eval.runner import evaluate_cached
 
-        result = evaluate_cached(params, "base", name="base-tools", force=force)
-        print_eval_table([result.metrics])
-        click.echo(f"report: {result.folder / 'report.html'}")
+        runs = [evaluate_cached(params, "base", name="base-tools", force=force)]
+        if not skip_train:
+            runs.append(_train_and_evaluate_sft(params, force=force))
+        print_eval_table([r.metrics for r in runs])
+        for result in runs:
+            click.echo(f"report: {result.folder / 'report.html'}")
+
+
+def _train_and_evaluate_sft(params: Params, *, force: bool) -> Any:
+    """Stage 2 of make run: SFT conversations, the SFT model (params.sft), its evaluation on the same sample."""
+    from pipelines.eval.runner import evaluate_cached
+    from pipelines.train.sft_data import build_sft_conversations
+    from pipelines.train.stage2 import build_sft_model
+
+    data = build_sft_conversations(params, force=force)
+    click.echo(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
+    model = build_sft_model(params, force=force)
+    meta = model.manifest.metadata
+    click.echo(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
+               f"{meta.get('final_loss')}, {meta.get('tokens_per_s')} tokens/s -> {model.folder}")
+    return evaluate_cached(params, str(model.folder), name="sft-tools", force=force)
 
 
 @cli.command("lineage")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PARAMS_ENV = "OMNE_PARAMS"
 PROFILE_ENV = "OMNE_PROFILE"
@@ -52,6 +52,7 @@ class SeedParams(_Section):
 class ToolParams(_Section):
     entity_matcher_top_k: int = Field(5, ge=1, le=100)
     node_info_max_neighbors: int | None = Field(60, ge=1)  # None: every neighbour (the seed paper)
+    description_max_chars: int | None = Field(300, ge=20)  # entity/relation descriptions clipped to this; None: whole
     search_top_relations: int = Field(3, ge=1)  # predicates kept by relevance to the question
     search_max_triples: int = Field(30, ge=1)
     kg_r1_max_items: int | None = Field(None, ge=1)  # cap of a KG-R1 list; None: all
@@ -146,6 +147,7 @@ class SFTParams(_Section):
     think_weight: float = Field(0.001, ge=0.0, le=1.0)  # loss weight of <think>...</think> spans (the paper's best)
     sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.8, 0.2, 0.1, 0.05, 0.01, 0.001, 0.0],
                                        min_length=1)  # Table 5's grid
+    sweep_max_steps: int | None = Field(None, ge=1)  # optimizer steps per sweep model; None: max_steps
     epochs: float = Field(3.0, gt=0)
     max_steps: int = Field(-1, ge=-1)  # optimizer steps; -1: epochs decide
     learning_rate: float | None = Field(None, gt=0)  # None: by method (lora 1e-4, full 1e-5)
@@ -171,6 +173,55 @@ class SFTParams(_Section):
         return value
 
 
+class RLStageParams(_Section):
+    """One RL stage (seed 000: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
+    trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
+
+    algorithm: Literal["grpo", "ppo"] = "grpo"  # ppo: GAE with a value model (seed 000); grpo: group baseline
+    rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1)
+    reward_weights: list[float] | None = None  # one per reward; None: 1 each
+    reward_options: dict[str, Any] = Field(default_factory=dict)  # RewardOptions overrides (weights, K, lambda, ...)
+    credit: Literal["sequence", "turn"] = "sequence"  # turn: KG-R1's per-turn returns G_t = r_t + lambda R_global
+    num_generations: int = Field(4, ge=1)  # rollouts per question (GRPO group size N)
+    questions_per_step: int = Field(2, ge=1)
+    max_steps: int = Field(4, ge=1)
+    epochs: float = Field(1.0, gt=0)
+    learning_rate: float = Field(1e-5, gt=0)
+    beta: float = Field(0.0, ge=0)  # KL coefficient to the reference model (0: no reference model kept)
+    epsilon: float = Field(0.2, gt=0)  # PPO clip range
+    max_grad_norm: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0)  # rollout sampling temperature
+    max_new_tokens: int = Field(96, ge=1)  # per round
+    max_rounds: int | None = Field(None, ge=1)  # None: agent.max_rounds
+    max_length: int = Field(4096, ge=64)  # prompt + completion tokens kept per rollout (longer: truncated)
+    overlong_tokens: int | None = Field(None, ge=1)  # EoG: generated tokens above this earn no reward
+    data_mix: Literal["1-2", "3+", "mixed"] = "mixed"  # seed 000 Table 3: buckets of the training questions
+    max_questions: int | None = Field(64, ge=1)  # training questions (a stable sample per bucket); None: all
+    resample: Literal["none", "history", "hard_case"] = "none"  # KG-Hopper history / KG-Reasoner hard-case
+    hard_case_loss: float = Field(0.5, ge=0)  # hard_case: keep multi-hop questions whose SFT loss exceeds this
+    val_questions: int = Field(4, ge=0)  # fixed random validation subset scored (EM) during training
+    eval_every: int = Field(2, ge=1)  # optimizer steps between validation EM measurements
+    method: Literal["lora", "full"] = "lora"
+    lora_r: int = Field(8, ge=1)
+    lora_alpha: int = Field(16, ge=1)
+    value_learning_rate: float = Field(1e-5, gt=0)  # ppo: the value model's learning rate
+    gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo
+    gamma: float = Field(1.0, ge=0, le=1)  # ppo
+    bf16: Literal["auto"] | bool = "auto"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _weights_match_rewards(self) -> RLStageParams:
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
+            raise ValueError(f"reward_weights has {len(self.reward_weights)} values for {len(self.rewards)} rewards")
+        return self
+
+
+class RLParams(_Section):
+    stage1: RLStageParams = RLStageParams()
+    stage3: RLStageParams = RLStageParams(rewards=["omne_stage3"])
+
+
 class CheckParams(_Section):
     min_description_share: float = Field(0.5, ge=0.0, le=1.0)
     max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
@@ -191,6 +242,7 @@ class Params(_Section):
     eval: EvalParams = EvalParams()
     sft_data: SFTDataParams = SFTDataParams()
     sft: SFTParams = SFTParams()
+    rl: RLParams = RLParams()
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
     @property

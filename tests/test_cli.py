@@ -10,6 +10,7 @@ import networkx as nx
 import yaml
 
 from tests.conftest import cli_env
+from tests.model_support import build_tiny_llama, use_tiny_models
 
 
 def omne(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -53,16 +54,19 @@ def test_domains_lists_the_registry(project: Path) -> None:
     assert listed[0]["name"] == "solar" and listed[0]["source"]["kind"] == "triples"
 
 
-def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path) -> None:
+def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path, tmp_path: Path) -> None:
+    use_tiny_models(project / "params.yaml", build_tiny_llama(tmp_path / "tiny-llama"))
     first = omne(project, "run").stdout
     assert "solar" in first and "built / built / built" in first
+    assert "sft model: trained, 2 steps" in first and "base-tools" in first and "sft-tools" in first
+    assert (project / "artifacts" / "models" / "sft" / "adapter_config.json").is_file()
     assert "omne QA dataset" in first and "check qa_table_expectations: passed" in first
     assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
     assert (project / "artifacts" / "kg" / "solar" / "entities.parquet").is_file()
     assert (project / "artifacts" / "index" / "solar" / "manifest.json").is_file()
     manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
     second = omne(project, "run").stdout
-    assert "cached / cached / cached" in second
+    assert "cached / cached / cached" in second and "sft model: up to date" in second
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
     stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
     assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1

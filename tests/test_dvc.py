@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_ROOT, cli_env, make_project
-from tests.model_support import build_tiny_llama
+from tests.model_support import build_tiny_llama, use_tiny_models
 
 
 def run(cwd: Path, *args: str) -> str:
@@ -25,10 +25,7 @@ def repo(tmp_path: Path) -> Path:
     # the tiny solar domain makes a handful of QA pairs: a large test share keeps its test split non-empty;
     # the eval stage runs a tiny random model (the DVC mechanics are under test here, not SmolLM2)
     params = root / "params.yaml"
-    model = build_tiny_llama(tmp_path / "tiny-llama")
-    params.write_text(params.read_text().replace("test_share: 0.1 ", "test_share: 0.5 ")
-                      .replace("base_model: smollm2 ", f"base_model: {model} ")
-                      .replace("max_steps: 30 ", "max_steps: 2 ").replace("max_length: 4096 ", "max_length: 16384 "))
+    use_tiny_models(params, build_tiny_llama(tmp_path / "tiny-llama"), qa={"test_share": 0.5})
     shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
     shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
     (root / ".gitignore").write_text("/artifacts/\n")
@@ -47,8 +44,12 @@ def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, t
     assert "knowledge_graph@solar" in out and "entity_index@solar" in out
     kg = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
     assert (repo / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
-    for stage in ("seed_subgraphs@solar", "qa_pairs@solar", "gold_paths@solar", "qa_dataset", "eval_report"):
+    for stage in ("seed_subgraphs@solar", "qa_pairs@solar", "gold_paths@solar", "qa_dataset", "eval_report",
+                  "sft_conversations", "sft_model", "sft_eval_report", "think_sweep"):
         assert f"Running stage '{stage}'" in out
+    sweep = json.loads((repo / "artifacts" / "reports" / "think_sweep" / "sweep.json").read_text())
+    assert [p["think_weight"] for p in sweep] == [1.0, 0.0] and all(p["steps"] == 1 for p in sweep)
+    assert "sweep.json" in run(repo, "dvc", "plots", "show", "--json")
     metrics = run(repo, "dvc", "metrics", "show")
     assert "summary.json" in metrics and "em" in metrics and "f1" in metrics
     assert "check qa_table_expectations: passed" in out and "check split_leakage: passed" in out

@@ -141,8 +141,8 @@ def _error(kind: ErrorType, message: str) -> ToolError:
     return ToolError(type=kind, message=message)
 
 
-def _clip(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+def _clip(text: str, limit: int | None = 300) -> str:
+    return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 class KGToolbox:
@@ -330,9 +330,13 @@ class KGToolbox:
         hits = self._nearest(graph, self._embed(query), self.tool_params.entity_matcher_top_k,
                              self.allowed(graph, episode.scope))
         lines = [f"Found {len(hits)} entities matching '{_clip(query, 120)}':"]
-        lines += [f"{rank}. Entity: {graph.names[i]} Description: {_clip(graph.descriptions[i]) or 'none'}"
+        lines += [f"{rank}. Entity: {graph.names[i]} Description: {self._describe(graph.descriptions[i])}"
                   for rank, (i, _score) in enumerate(hits, start=1)]
         return "\n".join(lines)
+
+    def _describe(self, description: str) -> str:
+        """Descriptions are most of a tool response's tokens: clipped by params (tools.description_max_chars)."""
+        return _clip(description, self.tool_params.description_max_chars) or "none"
 
     def _node_info(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
         name = args["node_name"]
@@ -345,13 +349,13 @@ class KGToolbox:
         if graph.lookup(name) != entity:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
         lines += [f"Entity: {graph.names[entity]}", f"Type: {graph.types[entity] or 'unknown'}",
-                  f"Description: {graph.descriptions[entity] or 'none'}", f"Relations ({len(relations)}):"]
+                  f"Description: {self._describe(graph.descriptions[entity])}", f"Relations ({len(relations)}):"]
         cap = self.tool_params.node_info_max_neighbors
         shown = relations if cap is None else relations[:cap]
         arrow = "->" if graph.directed else "--"
         for rank, r in enumerate(shown, start=1):
             head, tail = graph.names[graph.rel_src[r]], graph.names[graph.rel_dst[r]]
-            description = graph.rel_descriptions[r]
+            description = _clip(graph.rel_descriptions[r], self.tool_params.description_max_chars)
             lines.append(f"{rank}. {head} -[{graph.rel_keywords[r]}]{arrow} {tail}"
                          + (f": {description}" if description else ""))
         if len(shown) < len(relations):

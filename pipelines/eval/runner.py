@@ -253,7 +253,8 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     folder = params.artifacts_dir / "reports" / name
     manifest = read_manifest(folder)
     identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
-    wanted = {"agent": params.section("agent"), "eval": params.section("eval"), "profile": params.profile,
+    wanted = {"agent": params.section("agent"), "eval": params.section("eval"), "tools": params.section("tools"),
+              "profile": params.profile,
               "model": identity, **{k: v for k, v in options.items() if isinstance(v, str | int | None)}}
     dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
     if (not force and manifest is not None and dataset is not None

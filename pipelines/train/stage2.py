@@ -20,15 +20,17 @@ def sft_model_dir(params: Params, name: str = "sft") -> Path:
 
 
 def build_sft_model(params: Params, *, name: str = "sft", think_weight: float | None = None, force: bool = False,
-                    progress: bool = True) -> SFTResult:
-    """Train (or reuse, when conversations, base model and sft params are unchanged) the stage-2 model."""
+                    progress: bool = True, max_steps: int | None = None) -> SFTResult:
+    """Train (or reuse, when conversations, base model and sft params are unchanged) the stage-2 model;
+    ``think_weight`` and ``max_steps`` override params.sft (the sweep trains one model per weight)."""
     from pipelines.agent.models import BASE, resolve_model_folder
 
     conversations_dir = params.artifacts_dir / "sft" / "conversations"
     manifest = read_manifest(conversations_dir)
     if manifest is None:
         raise ArtifactMissingError(f"{conversations_dir}: SFT conversations not built (run `omne sft data`)")
-    sft = params.sft if think_weight is None else params.sft.model_copy(update={"think_weight": think_weight})
+    overrides = {"think_weight": think_weight, "max_steps": max_steps}
+    sft = params.sft.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     inputs = {relative_path(conversations_dir / f, params.root): sha for f, sha in manifest.files.items()}
     return train_sft(read_sft_conversations(params), resolve_model_folder(BASE, params),
                      sft_model_dir(params, name), sft, progress=progress, force=force, inputs=inputs)

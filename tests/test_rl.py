@@ -1,0 +1,182 @@
+"""RL stages on TRL's GRPOTrainer with tool rollouts: episode encoding (which tokens the model wrote),
+credit assignment (KG-R1 turn-level, PPO's GAE), the policy loss ignoring tool-response tokens, and real
+tiny training runs (GRPO and PPO) that save an auditable model folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipelines.agent.trajectory import ToolCallRecord, Trajectory
+from pipelines.config import Params
+from pipelines.train.rl import (
+    encode_trajectory,
+    gae_advantages,
+    rl_dataset,
+    rl_questions,
+    train_rl,
+    turn_level_advantages,
+)
+from tests.model_support import build_tiny_llama
+
+RESPONSE = "<tool_response>\nEntity: Mars\nRelations (1):\n1. Phobos -[orbits]-> Mars\n</tool_response>"
+
+
+def _trajectory() -> Trajectory:
+    call = '<think>Find Mars.</think>\n<tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>'
+    answer = "<think>Phobos orbits Mars.</think>\n<answer>Phobos</answer>"
+    return Trajectory(
+        qa_id="q1", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"], protocol="omne",
+        messages=[{"role": "system", "content": "You answer questions."},
+                  {"role": "user", "content": "Question: Which moon orbits Mars?"},
+                  {"role": "assistant", "content": call}, {"role": "user", "content": RESPONSE},
+                  {"role": "assistant", "content": answer}],
+        tool_calls=[ToolCallRecord(round=0, text='node_info(node_name="Mars", graph_type="solar")', name="node_info",
+                                   ok=True, response=RESPONSE)],
+        answer="Phobos", finish="answer", rounds=2)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny)
+
+
+def test_encoding_marks_only_the_models_own_tokens(tokenizer) -> None:
+    traj = _trajectory()
+    encoded = encode_trajectory(traj, tokenizer)
+    full = tokenizer.apply_chat_template(traj.messages, tokenize=False)
+    assert tokenizer.decode(encoded.prompt_ids + encoded.completion_ids) == full  # nothing lost or reordered
+    model_text = tokenizer.decode([t for t, m in zip(encoded.completion_ids, encoded.env_mask, strict=True) if m])
+    assert model_text == traj.messages[2]["content"] + traj.messages[4]["content"]
+    env_text = tokenizer.decode([t for t, m in zip(encoded.completion_ids, encoded.env_mask, strict=True) if not m])
+    assert RESPONSE in env_text and "<|im_start|>assistant" in env_text and "Find Mars" not in env_text
+    assert len(encoded.turn_spans) == 2
+    first = tokenizer.decode(encoded.completion_ids[slice(*encoded.turn_spans[0])])
+    assert first == traj.messages[2]["content"]
+
+
+def test_inline_responses_and_forced_prefixes_are_environment_tokens(tokenizer) -> None:
+    injected = "<searched_triples>(Phobos, orbits, Mars)</searched_triples>"
+    content = f"<think>\n\n</think>\n<think>Look.<search>Mars</search>\n{injected}\nSo Phobos.</think><answer>Phobos</answer>"
+    traj = _trajectory().model_copy(update={
+        "messages": _trajectory().messages[:2] + [{"role": "assistant", "content": content}],
+        "tool_calls": [_trajectory().tool_calls[0].model_copy(update={"response": "(Phobos, orbits, Mars)"})]})
+    encoded = encode_trajectory(traj, tokenizer, assistant_prefix="<think>\n\n</think>\n",
+                                inline_response=lambda r: f"<searched_triples>{r}</searched_triples>")
+    model_text = tokenizer.decode([t for t, m in zip(encoded.completion_ids, encoded.env_mask, strict=True) if m])
+    assert "Phobos, orbits" not in model_text and "<search>Mars</search>" in model_text
+    assert not model_text.startswith("<think>\n\n</think>") and model_text.endswith("<answer>Phobos</answer>")
+
+
+def test_truncation_keeps_the_prompt_and_cuts_the_completion(tokenizer) -> None:
+    encoded = encode_trajectory(_trajectory(), tokenizer, max_length=len(encode_trajectory(
+        _trajectory(), tokenizer).prompt_ids) + 5)
+    assert encoded.truncated and len(encoded.completion_ids) == 5 == len(encoded.env_mask)
+
+
+def test_turn_level_advantages_normalise_over_the_groups_turns() -> None:
+    # group of 2 rollouts: returns [1, 3] and [2]; pooled mean 2, std sqrt(2/3)
+    adv = turn_level_advantages([[1.0, 3.0], [2.0]], [[(0, 2), (3, 5)], [(1, 4)]], group_size=2, length=6)
+    std = (2 / 3) ** 0.5
+    assert adv[0, :2].tolist() == pytest.approx([-1 / (std + 1e-4)] * 2)
+    assert adv[0, 2].item() == 0.0 and adv[0, 3:5].tolist() == pytest.approx([1 / (std + 1e-4)] * 2)
+    assert adv[1].tolist() == pytest.approx([0.0] * 6)  # G = mean: zero advantage
+
+
+def test_gae_with_lambda_one_is_return_minus_value_on_model_tokens() -> None:
+    values = torch.tensor([[0.5, 0.0, 0.2, 0.1]])
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0]])  # position 1 is a tool-response token
+    adv, returns = gae_advantages(torch.tensor([1.0]), values * mask, mask, gamma=1.0, lam=1.0)
+    assert adv[0].tolist() == pytest.approx([0.5, 0.0, 0.8, 0.9])
+    assert returns[0].tolist() == pytest.approx([1.0, 0.0, 1.0, 1.0])
+
+
+def _tiny_params(solar_qa: Params, tiny: Path, **stage: object) -> Params:
+    settings = dict(num_generations=2, questions_per_step=1, max_steps=2, max_new_tokens=12, max_rounds=2,
+                    max_questions=4, val_questions=1, eval_every=1, learning_rate=1e-3)
+    settings.update(stage)
+    rl = solar_qa.rl.model_copy(update={"stage1": solar_qa.rl.stage1.model_copy(update=settings)})
+    agent = solar_qa.agent.model_copy(update={"base_model": str(tiny), "device": "cpu"})
+    return solar_qa.model_copy(update={"rl": rl, "agent": agent})
+
+
+def test_policy_loss_gradient_ignores_tool_response_tokens(solar_qa: Params, tiny: Path, tokenizer) -> None:
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig
+
+    from pipelines.train.rl import ToolRollouts, _trainer_classes
+
+    params = _tiny_params(solar_qa, tiny)
+    encoded = encode_trajectory(_trajectory(), tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    grpo, _ = _trainer_classes()
+    dataset = rl_dataset(rl_questions(params, params.rl.stage1)[:1], _protocol(params), {})
+    trainer = grpo(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                   args=GRPOConfig(output_dir=str(tiny.parent / "out"), use_cpu=True, report_to="none",
+                                   num_generations=2, per_device_train_batch_size=2),
+                   train_dataset=dataset, processing_class=tokenizer,
+                   rollouts=ToolRollouts(_protocol(params), None, tokenizer, params.rl.stage1, {}, 4096),
+                   stage=params.rl.stage1)
+    completion = torch.tensor([encoded.completion_ids])
+    inputs = {"prompt_ids": torch.tensor([encoded.prompt_ids]), "prompt_mask": torch.ones(1, len(encoded.prompt_ids),
+                                                                                         dtype=torch.long),
+              "completion_ids": completion, "completion_mask": torch.ones_like(completion),
+              "tool_mask": torch.tensor([encoded.env_mask]), "advantages": torch.tensor([1.0]),
+              "num_items_in_batch": torch.tensor(sum(encoded.env_mask))}
+    captured = {}
+
+    def keep(_module, _inputs, out) -> None:
+        captured["logits"] = out
+
+    # the final norm's output at position p feeds only the logits at p (no attention after it), so its
+    # gradient there is the gradient through the log-prob of the token that p predicts
+    hook = model.model.norm.register_forward_hook(keep)
+    captured_grad = {}
+    try:
+        loss = trainer.compute_loss(model, inputs)
+        captured["logits"].register_hook(lambda g: captured_grad.setdefault("g", g))
+        loss.backward()
+    finally:
+        hook.remove()
+    grad = captured_grad["g"][0, -completion.shape[1] - 1:-1].abs().sum(dim=-1)  # position t predicts token t
+    env = torch.tensor(encoded.env_mask) == 0
+    assert env.any() and torch.all(grad[env] == 0) and torch.all(grad[~env] > 0)
+
+
+def _protocol(params: Params):
+    from pipelines.eval.runner import make_protocol
+
+    return make_protocol(params, "omne", None)
+
+
+def test_grpo_stage1_trains_and_saves_an_auditable_model(solar_qa: Params, tiny: Path) -> None:
+    params = _tiny_params(solar_qa, tiny, credit="turn", rewards=["omne_stage1", "kg_r1"], resample="history")
+    result = train_rl(params, 1, progress=False)
+    folder = result.folder
+    assert (folder / "config.json").is_file() and (folder / "training_curves.png").stat().st_size > 0
+    state = json.loads((folder / "trainer_state.json").read_text())
+    steps = [h for h in state["log_history"] if "reward" in h]
+    assert len(steps) == 2 and all("rewards/omne_stage1/mean" in h and "rollout/tool_calls" in h for h in steps)
+    assert [h["step"] for h in state["log_history"] if "val_em" in h] == [0, 1, 2]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["kind"] == "rl_stage1_model" and manifest["rows"]["steps"] == 2
+    assert set(manifest["inputs"]) >= {"artifacts/qa/dataset/train.jsonl", "start_model"}
+    assert train_rl(params, 1, progress=False).skipped  # same inputs and params: reused
+
+
+def test_ppo_stage3_starts_from_a_model_and_trains_a_value_model(solar_qa: Params, tiny: Path) -> None:
+    params = _tiny_params(solar_qa, tiny, algorithm="ppo", max_steps=1, val_questions=0)
+    params = params.model_copy(update={"rl": params.rl.model_copy(update={"stage3": params.rl.stage1})})
+    result = train_rl(params, 3, start=str(tiny), name="ppo-test", progress=False)
+    history = json.loads((result.folder / "trainer_state.json").read_text())["log_history"]
+    assert any("value_loss" in h for h in history) and result.manifest.kind == "rl_stage3_model"
