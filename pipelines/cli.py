@@ -584,12 +584,13 @@ def print_eval_table(runs: list) -> None:
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")
 @click.option("--skip-eval", is_flag=True, help="Stop after the QA dataset (no training, no evaluation).")
-@click.option("--skip-train", is_flag=True, help="Evaluate the base model only (no SFT data, training or SFT eval).")
+@click.option("--skip-train", is_flag=True, help="Evaluate the base model only (no SFT, no RL stages).")
 @click.pass_context
 def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool, skip_train: bool) -> None:
     """The main job: every domain's KG, entity index, seed subgraphs, QA pairs and gold paths, the merged
-    QA dataset, the base model with tools evaluated on a sample of the test split, then stage 2 (SFT
-    conversations, the SFT model) evaluated on the same sample; prints a table per stage. Each step is
+    QA dataset, the base model with tools evaluated on a sample of the test split, stage 2 (SFT
+    conversations, the SFT model) evaluated on the same sample, then short RL stages 1 (from the base
+    model) and 3 (from the SFT model), stage 3 evaluated too; prints a table per stage. Each step is
     reused when its inputs are unchanged, so a rerun (or a resumed run) only does what is missing."""
     from pipelines.run import print_domain_table, run_main_job, run_qa_dataset
 
@@ -606,6 +607,7 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool
         runs = [evaluate_cached(params, "base", name="base-tools", force=force)]
         if not skip_train:
             runs.append(_train_and_evaluate_sft(params, force=force))
+            runs.append(_train_rl_stages_and_evaluate(params, force=force))
         print_eval_table([r.metrics for r in runs])
         for result in runs:
             click.echo(f"report: {result.folder / 'report.html'}")
@@ -624,6 +626,21 @@ def _train_and_evaluate_sft(params: Params, *, force: bool) -> Any:
     click.echo(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
                f"{meta.get('final_loss')}, {meta.get('tokens_per_s')} tokens/s -> {model.folder}")
     return evaluate_cached(params, str(model.folder), name="sft-tools", force=force)
+
+
+def _train_rl_stages_and_evaluate(params: Params, *, force: bool) -> Any:
+    """Stages 1 and 3 of make run (a few steps each on the quick profile), then stage 3 evaluated."""
+    from pipelines.eval.runner import evaluate_cached
+    from pipelines.train.rl import train_rl
+
+    for stage in (1, 3):
+        result = train_rl(params, stage, force=force)
+        meta = result.manifest.metadata
+        click.echo(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
+                   f"{result.manifest.rows.get('steps')} steps, mean reward {_fmt(meta.get('reward_first_half_mean'))}"
+                   f" -> {_fmt(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')} -> "
+                   f"{result.folder}")
+    return evaluate_cached(params, str(result.folder), name="rl-stage3-tools", force=force)
 
 
 @cli.command("lineage")

@@ -1,6 +1,7 @@
-"""Run in a subprocess by tests/test_dagster.py (the code location reads OMNE_PARAMS when it loads):
-materialize the KG assets (or with "qa" as third argument the KG and QA assets, then the unpartitioned
-qa_dataset) of one partition with Dagster's in-process API and print what happened."""
+"""Run in a subprocess by tests/test_dagster.py (the assets read the project from OMNE_PARAMS): fill
+the `domain` dynamic partitions of an ephemeral instance from the registry, materialize the KG assets
+(or with "qa" as third argument the KG and QA assets, then the unpartitioned qa_dataset) of one
+partition with Dagster's in-process API and print what happened."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ import sys
 import dagster as dg
 
 from dagster_project.defs.kg import entity_index, knowledge_graph
-from dagster_project.defs.partitions import domain_partitions
+from dagster_project.defs.partitions import DOMAIN_PARTITIONS, registry_domains
 from dagster_project.defs.resources import OmneResource
 
 
-def _summary(results: list[dg.ExecuteInProcessResult], nodes: list[str]) -> dict:
+def _instance() -> dg.DagsterInstance:
+    """An ephemeral instance whose domain partitions are the registry's (what the sensors keep in sync)."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(DOMAIN_PARTITIONS, registry_domains(OmneResource().params()))
+    return instance
+
+
+def _summary(results: list[dg.ExecuteInProcessResult], nodes: list[str], instance: dg.DagsterInstance) -> dict:
     checks = {f"{e.asset_key.to_user_string()}.{e.check_name}": {"passed": e.passed, "severity": e.severity.value,
                                                                  "metadata": {k: v.value for k, v in e.metadata.items()}}
               for result in results for e in result.get_asset_check_evaluations()}
@@ -23,7 +31,7 @@ def _summary(results: list[dg.ExecuteInProcessResult], nodes: list[str]) -> dict
     failures = [e.event_specific_data.error.to_string()[-1500:] for r in results for e in r.all_events
                 if e.is_step_failure]
     return {"success": all(r.success for r in results), "failures": failures,
-            "partitions": domain_partitions.get_partition_keys(),
+            "partitions": list(instance.get_dynamic_partitions(DOMAIN_PARTITIONS)),
             "checks": checks, "metadata": metadata}
 
 
@@ -35,7 +43,7 @@ def _materializations(result: dg.ExecuteInProcessResult, node: str) -> list:
 
 
 def main(partition: str, profile: str, stage: str = "kg") -> None:
-    instance = dg.DagsterInstance.ephemeral()
+    instance = _instance()
     config = {"resources": {"omne": {"config": {"profile": profile}}}} if profile else None
     resources = {"omne": OmneResource()}
     assets = [knowledge_graph, entity_index]
@@ -50,18 +58,19 @@ def main(partition: str, profile: str, stage: str = "kg") -> None:
         results.append(dg.materialize([qa_dataset], resources=resources, run_config=config, instance=instance,
                                       raise_on_error=False))
         nodes.append("qa_dataset")
-    print(json.dumps(_summary(results, nodes), default=str))
+    print(json.dumps(_summary(results, nodes, instance), default=str))
 
 
 def evaluate(model: str) -> None:
     """Materialize eval_report (unpartitioned) with a model given in run config."""
     from dagster_project.defs.evaluation import eval_report
 
-    result = dg.materialize([eval_report], resources={"omne": OmneResource()}, instance=dg.DagsterInstance.ephemeral(),
+    instance = _instance()
+    result = dg.materialize([eval_report], resources={"omne": OmneResource()}, instance=instance,
                             run_config={"ops": {"eval_report": {"config": {"model": model, "split": "train",
                                                                            "limit": 2}}}},
                             raise_on_error=False)
-    print(json.dumps(_summary([result], ["eval_report"]), default=str))
+    print(json.dumps(_summary([result], ["eval_report"], instance), default=str))
 
 
 if __name__ == "__main__":

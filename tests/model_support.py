@@ -41,13 +41,17 @@ def build_tiny_llama(folder: Path, text: str = TEXT, vocab_size: int = 300) -> P
 
 def use_tiny_models(params_path: Path, model: Path, **sections: dict) -> None:
     """Point a test project's params.yaml at a tiny model with tiny training runs (the mechanics are under test,
-    not SmolLM2): 2 SFT steps, a 2-weight sweep of 1 step each, a max length the char-level tokenizer fits in.
+    not SmolLM2): 2 SFT steps, a 2-weight sweep of 1 step each, 1-step RL stages with 2 short rollouts, a max
+    length the char-level tokenizer fits in.
     ``sections`` merges further values, e.g. qa={"test_share": 0.5}."""
     import yaml
 
     params = yaml.safe_load(params_path.read_text(encoding="utf-8"))
     params["agent"]["base_model"] = str(model)
     params["sft"].update(max_steps=2, max_length=16384, sweep_max_steps=1, sweep_weights=[1.0, 0.0])
+    for stage in ("stage1", "stage3"):
+        params["rl"][stage].update(num_generations=2, questions_per_step=1, max_steps=1, max_new_tokens=8,
+                                   max_rounds=1, max_questions=2, val_questions=1, max_length=16384)
     for name, values in sections.items():
         params[name].update(values)
     params_path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")

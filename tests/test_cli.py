@@ -59,6 +59,7 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     first = omne(project, "run").stdout
     assert "solar" in first and "built / built / built" in first
     assert "sft model: trained, 2 steps" in first and "base-tools" in first and "sft-tools" in first
+    assert "rl stage 1: trained, 1 steps" in first and "rl stage 3: trained" in first and "rl-stage3-tools" in first
     assert (project / "artifacts" / "models" / "sft" / "adapter_config.json").is_file()
     assert "omne QA dataset" in first and "check qa_table_expectations: passed" in first
     assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
@@ -67,6 +68,7 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
     second = omne(project, "run").stdout
     assert "cached / cached / cached" in second and "sft model: up to date" in second
+    assert "rl stage 3: up to date" in second
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
     stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
     assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1

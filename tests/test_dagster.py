@@ -1,4 +1,5 @@
-"""Real Dagster materializations of the partitioned KG assets, in-process and from the CLI."""
+"""Real Dagster materializations of the partitioned KG assets, in-process and from the CLI; the
+definitions' jobs, schedule and sensors (the KG-source sensor ticked with build_sensor_context)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env, make_project
 
@@ -35,7 +37,9 @@ def test_partitions_come_from_the_registry_and_checks_pass(project: Path) -> Non
     kg_meta, index_meta = out["metadata"]["knowledge_graph"], out["metadata"]["entity_index"]
     assert kg_meta["rows_entities"] == 28 and kg_meta["stat_components"] == 1
     assert len(kg_meta["sha256_entities.parquet"]) == 16 and kg_meta["code_version"]
-    assert index_meta["rows_entities"] == 28
+    assert kg_meta["params"]["profile"] == "quick" and kg_meta["created_at"] and len(kg_meta["input_fingerprint"]) == 16
+    assert set(kg_meta["inputs"]) == {"kg_assets/solar/triples.csv", "kg_assets/solar/entities.csv"}
+    assert index_meta["rows_entities"] == 28 and "kg/solar/entities.parquet" in "".join(index_meta["inputs"])
     assert (project / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
 
 
@@ -110,3 +114,128 @@ def test_eval_report_asset_evaluates_a_model_from_run_config(project: Path, tmp_
     meta = out["metadata"]["eval_report"]
     assert meta["model"].startswith("tiny-llama-") and "| all |" in meta["metrics_table"]
     assert (Path(meta["path"]) / "report.html").is_file()
+
+
+# --- definitions: jobs, schedule, sensors -------------------------------------------------------------
+
+@pytest.fixture()
+def defs(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """The code location as `dagster dev` loads it, reading the test project, with a throw-away DAGSTER_HOME."""
+    monkeypatch.setenv("OMNE_PARAMS", str(project / "params.yaml"))
+    monkeypatch.delenv("OMNE_PROFILE", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir()
+    from dagster_project.definitions import defs as load
+
+    return load()
+
+
+def _context(defs, project: Path, instance, cursor: str | None = None):  # noqa: ANN001, ANN202
+    import dagster as dg
+
+    from dagster_project.defs.resources import OmneResource
+
+    return dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                   resources={"omne": OmneResource(params_path=str(project / "params.yaml"))})
+
+
+def _keys(keys) -> list[str]:  # noqa: ANN001
+    return sorted(k.to_user_string() for k in keys)
+
+
+KG_DOWNSTREAM = ["entity_index", "eval_report", "gold_paths", "knowledge_graph", "qa_dataset", "qa_pairs",
+                 "seed_subgraphs", "sft_conversations", "sft_model"]
+
+
+def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: ANN001
+    import dagster as dg
+
+    from dagster_project.defs.partitions import DOMAIN_PARTITIONS
+    from dagster_project.defs.resources import GPU_POOL
+
+    jobs = {name: _keys(defs.resolve_job_def(name).asset_layer.executable_asset_keys)
+            for name in ("build_data", "train", "evaluate", "train_and_evaluate")}
+    assert jobs["build_data"] == ["entity_index", "gold_paths", "knowledge_graph", "qa_dataset", "qa_pairs",
+                                  "seed_subgraphs"]
+    assert {"sft_conversations", "sft_model"} <= set(jobs["train"]) and "eval_report" not in jobs["train"]
+    assert "eval_report" in jobs["evaluate"] and "sft_model" not in jobs["evaluate"]
+    assert set(jobs["train_and_evaluate"]) == set(jobs["train"]) | set(jobs["evaluate"])
+    schedule = defs.resolve_schedule_def("weekly_train_and_evaluate")
+    assert schedule.cron_schedule == "0 3 * * 1" and schedule.job_name == "train_and_evaluate"
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    assert defs.resolve_sensor_def("kg_source_sensor").default_status == dg.DefaultSensorStatus.STOPPED
+    assert defs.resolve_sensor_def("domain_partitions_sensor").default_status == dg.DefaultSensorStatus.RUNNING
+    graph = defs.resolve_asset_graph()
+    gpu_steps = {k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).pools == {GPU_POOL}}
+    assert {"sft_model", "eval_report"} <= gpu_steps and "knowledge_graph" not in gpu_steps
+    with dg.DagsterInstance.get() as instance:  # loading the code location added the partitions and pool
+        assert instance.get_dynamic_partitions(DOMAIN_PARTITIONS) == ["solar"]
+        assert instance.event_log_storage.get_concurrency_info(GPU_POOL).slot_count == 1
+
+
+def test_domain_partitions_sensor_follows_the_registry(defs, project: Path) -> None:  # noqa: ANN001
+    import dagster as dg
+
+    from dagster_project.defs.partitions import DOMAIN_PARTITIONS
+    from dagster_project.defs.sensors import domain_partitions_sensor
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(DOMAIN_PARTITIONS, ["solar", "gone"])
+    (project / "kg_assets" / "domains.yaml").write_text(
+        TINY_REGISTRY + "  moon:\n    source:\n      kind: triples\n      path: kg_assets/solar/triples.csv\n")
+    result = domain_partitions_sensor(_context(defs, project, instance))
+    requests = {type(r).__name__: list(r.partition_keys) for r in result.dynamic_partitions_requests}
+    assert requests == {"AddDynamicPartitionsRequest": ["moon"], "DeleteDynamicPartitionsRequest": ["gone"]}
+    assert not result.run_requests
+
+
+def test_kg_source_sensor_requests_the_changed_domain_once(defs, project: Path) -> None:  # noqa: ANN001
+    import dagster as dg
+
+    from dagster_project.defs.sensors import kg_source_sensor
+
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick(cursor: str | None) -> dg.SensorResult:
+        return kg_source_sensor(_context(defs, project, instance, cursor))
+
+    first = tick(None)  # baseline: hashes recorded, nothing launched, the missing partition added
+    assert not first.run_requests and json.loads(first.cursor)["solar"]["hash"]
+    assert [list(r.partition_keys) for r in first.dynamic_partitions_requests] == [["solar"]]
+    instance.add_dynamic_partitions("domain", ["solar"])
+    unchanged = tick(first.cursor)
+    assert not unchanged.run_requests and unchanged.cursor == first.cursor and not unchanged.dynamic_partitions_requests
+
+    triples = project / "kg_assets" / "solar" / "triples.csv"
+    original = triples.read_bytes()
+    triples.write_bytes(original + b"\n")  # one byte more
+    changed = tick(first.cursor)
+    assert len(changed.run_requests) == 1
+    request = changed.run_requests[0]
+    assert request.partition_key == "solar" and _keys(request.asset_selection) == KG_DOWNSTREAM
+    assert request.run_key.startswith("solar:1:") and request.tags["omne/trigger"] == "kg_source_changed"
+    assert tick(first.cursor).run_requests[0].run_key == request.run_key  # a retried tick asks for the same run
+    assert not tick(changed.cursor).run_requests
+
+    triples.write_bytes(original)  # changing back is a change too, with a new run key
+    reverted = tick(changed.cursor)
+    assert [r.run_key.split(":")[:2] for r in reverted.run_requests] == [["solar", "2"]]
+    assert json.loads(reverted.cursor)["solar"]["hash"] == json.loads(first.cursor)["solar"]["hash"]
+
+
+def test_kg_source_sensor_survives_a_missing_source_and_sees_new_domains(defs, project: Path) -> None:  # noqa: ANN001
+    import dagster as dg
+
+    from dagster_project.defs.sensors import kg_source_sensor
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("domain", ["solar"])
+    first = kg_source_sensor(_context(defs, project, instance))
+    shutil.copytree(project / "kg_assets" / "solar", project / "kg_assets" / "moon")
+    (project / "kg_assets" / "domains.yaml").write_text(
+        TINY_REGISTRY + "  moon:\n    source:\n      kind: triples\n      path: kg_assets/moon/triples.csv\n")
+    (project / "kg_assets" / "solar" / "triples.csv").unlink()
+    result = kg_source_sensor(_context(defs, project, instance, first.cursor))
+    assert [r.partition_key for r in result.run_requests] == ["moon"]  # solar: unreadable, left as it was
+    assert json.loads(result.cursor)["solar"] == json.loads(first.cursor)["solar"]
+    assert [list(r.partition_keys) for r in result.dynamic_partitions_requests] == [["moon"]]

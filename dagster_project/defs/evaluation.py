@@ -1,17 +1,18 @@
 """Evaluation stage: `eval_report`, a model (or baseline) rolled out on the QA test split, scored and reported.
 
-GPU work runs in the `gpu` pool (one run at a time per GPU by default, see dagster.yaml pools) and
-carries the op tags that dagster-k8s reads to request a GPU for the step's pod.
+GPU work runs in the `gpu` pool (one step at a time per GPU by default, see resources.py) and carries
+the op tags that dagster-k8s reads to request a GPU for the step's pod. The report's manifest.json
+(hashes of the test split it read, the model, protocol and params) is the materialization's metadata.
 """
 
 import dagster as dg
 
+from dagster_project.defs.metadata import data_version, manifest_metadata
 from dagster_project.defs.qa import qa_dataset
-from dagster_project.defs.resources import OmneResource
+from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
 from pipelines.eval.report import METRICS_FILE, PLOTS_DIR
 from pipelines.eval.runner import evaluate
-
-GPU_TAGS = {"dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}}
+from pipelines.lineage import read_manifest
 
 
 class EvalConfig(dg.Config):
@@ -24,7 +25,7 @@ class EvalConfig(dg.Config):
     limit: int = 0  # questions per bucket
 
 
-@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[qa_dataset], pool="gpu", op_tags=GPU_TAGS,
+@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS,
           check_specs=[dg.AssetCheckSpec("report_complete", asset="eval_report", blocking=True,
                                          description="every question has a prediction and every metric group is filled")])
 def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: OmneResource) -> dg.MaterializeResult:
@@ -40,8 +41,11 @@ def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: Omn
         rows.append(f"| {label} | {scores.n} | {scores.em:.3f} | {scores.f1:.3f} | {scores.hit1:.3f} |")
     predicted = {t.qa_id for t in result.trajectories}
     complete = bool(predicted) and metrics.overall.n == len(predicted) and bool(metrics.by_bucket)
+    manifest = read_manifest(result.folder)
     return dg.MaterializeResult(
-        metadata={"path": dg.MetadataValue.path(str(result.folder)), "run": metrics.run, "model": metrics.model,
+        data_version=data_version(manifest),
+        metadata={**manifest_metadata(folder=result.folder, manifest=manifest),
+                  "run": metrics.run, "model": metrics.model,
                   "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
                   "metrics_table": dg.MetadataValue.md("\n".join(rows)),
                   "metrics": dg.MetadataValue.path(str(result.folder / METRICS_FILE)),

@@ -1,9 +1,13 @@
-"""KG stage: per-domain `knowledge_graph` and `entity_index` assets with their checks."""
+"""KG stage: per-domain `knowledge_graph` and `entity_index` assets with their checks.
+
+Both are partitioned by domain (dynamic partitions, see partitions.py); `kg_source_sensor` re-materializes
+`knowledge_graph` and everything downstream of it when a domain's source files change.
+"""
 
 import dagster as dg
 
 from dagster_project.defs.checks import asset_check_result, asset_check_specs
-from dagster_project.defs.metadata import manifest_metadata
+from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
 from pipelines.domains import load_registry
@@ -24,10 +28,8 @@ def knowledge_graph(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
     params = omne.params()
     result = build_knowledge_graph(load_registry(params.registry_path).get(context.partition_key), params)
     stats = result.manifest.metadata["stats"]
-    return dg.MaterializeResult(
-        metadata={**manifest_metadata(result), **{f"stat_{k}": v for k, v in stats.items()}},
-        check_results=[asset_check_result(o) for o in run_kg_checks(read_kg(result.folder), params.checks)],
-    )
+    return artifact_result(result, {f"stat_{k}": v for k, v in stats.items()},
+                           [asset_check_result(o) for o in run_kg_checks(read_kg(result.folder), params.checks)])
 
 
 @dg.asset(
@@ -43,4 +45,4 @@ def entity_index(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Ma
     result = build_entity_index(context.partition_key, params)
     index = EntityIndex(result.folder, params.index)
     outcome = check_self_retrieval(index, read_kg(kg_dir(params.artifacts_dir, context.partition_key)), params.index)
-    return dg.MaterializeResult(metadata=manifest_metadata(result), check_results=[asset_check_result(outcome)])
+    return artifact_result(result, check_results=[asset_check_result(outcome)])

@@ -4,7 +4,7 @@ import dagster as dg
 
 from dagster_project.defs.checks import asset_check_result, asset_check_specs
 from dagster_project.defs.kg import knowledge_graph
-from dagster_project.defs.metadata import manifest_metadata
+from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
 from pipelines.kg.store import kg_dir, read_kg
@@ -34,8 +34,7 @@ def seed_subgraphs(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.
     params = omne.params()
     result = qa_build.build_seed_subgraphs(context.partition_key, params)
     sizes = qa_build.read_seed_subgraphs(context.partition_key, params)["size"].to_list()
-    return dg.MaterializeResult(metadata={**manifest_metadata(result), **result.manifest.metadata},
-                                check_results=[asset_check_result(check_subgraph_sizes(sizes, params))])
+    return artifact_result(result, result.manifest.metadata, [asset_check_result(check_subgraph_sizes(sizes, params))])
 
 
 @dg.asset(partitions_def=domain_partitions, group_name="qa", kinds={"jsonl"}, deps=[seed_subgraphs],
@@ -49,12 +48,11 @@ def qa_pairs(context: dg.AssetExecutionContext, config: QAPairsConfig, omne: Omn
     graph = RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)))
     targets = result.manifest.params["targets"]
     meta = result.manifest.metadata
-    return dg.MaterializeResult(
-        metadata={**manifest_metadata(result), "generator": meta["generator"],
-                  **{f"stat_{k}": v for k, v in meta["stats"].items()},
-                  "llm_usage": dg.MetadataValue.json(meta.get("llm_usage") or {})},
-        check_results=[asset_check_result(check_pairs_pass_rules(graph, pairs, params)),
-                       asset_check_result(check_bucket_targets(pairs, targets))],
+    return artifact_result(
+        result, {"generator": meta["generator"], **{f"stat_{k}": v for k, v in meta["stats"].items()},
+                 "llm_usage": dg.MetadataValue.json(meta.get("llm_usage") or {})},
+        [asset_check_result(check_pairs_pass_rules(graph, pairs, params)),
+         asset_check_result(check_bucket_targets(pairs, targets))],
     )
 
 
@@ -65,9 +63,8 @@ def gold_paths(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
     params, domain = omne.params(), context.partition_key
     result = qa_build.build_gold_paths(domain, params, progress=False)
     outcome = check_gold_coverage(qa_build.read_gold_paths(domain, params), qa_build.read_qa_pairs(domain, params))
-    return dg.MaterializeResult(metadata={**manifest_metadata(result), **{k: v for k, v in result.manifest.metadata.items()
-                                                                          if k != "llm_usage"}},
-                                check_results=[asset_check_result(outcome)])
+    return artifact_result(result, {k: v for k, v in result.manifest.metadata.items() if k != "llm_usage"},
+                           [asset_check_result(outcome)])
 
 
 @dg.asset(group_name="qa", kinds={"parquet", "great_expectations"}, deps=[qa_pairs, gold_paths],
@@ -80,11 +77,10 @@ def qa_dataset(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
     outcomes = validate_qa_table(table, params.qa.max_hops, strict_path=params.qa.strict_path)  # GE suite + leakage
     stats = result.stats
     preview = table.select("id", "domain", "bucket", "split", "question", "answer").head(20).to_pandas()
-    return dg.MaterializeResult(
-        metadata={**manifest_metadata(result), "stats": dg.MetadataValue.json(stats),
-                  "per_domain": dg.MetadataValue.md(_stats_markdown(stats)),
-                  "preview": dg.MetadataValue.md(preview.to_markdown(index=False))},
-        check_results=[asset_check_result(o) for o in outcomes],
+    return artifact_result(
+        result, {"stats": dg.MetadataValue.json(stats), "per_domain": dg.MetadataValue.md(_stats_markdown(stats)),
+                 "preview": dg.MetadataValue.md(preview.to_markdown(index=False))},
+        [asset_check_result(o) for o in outcomes],
     )
 
 

@@ -1,10 +1,13 @@
-"""Training stage: `sft_conversations` (stage-2 data) with its conversation-format check."""
+"""Training stages: stage-2 SFT data and model, the think-weight sweep, RL stages 1 and 3, and the
+evaluations of the trained models. Training runs in the `gpu` pool with the GPU op tags; each asset
+body calls one library function (pipelines.train) and reports the artifact's manifest as metadata.
+"""
 
 import dagster as dg
 
-from dagster_project.defs.metadata import manifest_metadata
+from dagster_project.defs.metadata import data_version, manifest_metadata
 from dagster_project.defs.qa import qa_dataset
-from dagster_project.defs.resources import OmneResource
+from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
 from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
 
 
@@ -28,18 +31,85 @@ def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> 
     )
 
 
-GPU_TAGS = {"dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}}
+def _model_metadata(result) -> dict:
+    meta = result.manifest.metadata
+    return {**manifest_metadata(folder=result.folder, manifest=result.manifest, reused=result.skipped),
+            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_s", "reward_first_half_mean",
+                                          "reward_second_half_mean") if meta.get(key) is not None}}
 
 
-@dg.asset(group_name="training", kinds={"pytorch", "peft"}, deps=[sft_conversations], pool="gpu", op_tags=GPU_TAGS)
+@dg.asset(group_name="training", kinds={"pytorch", "peft"}, deps=[sft_conversations], pool=GPU_POOL, op_tags=GPU_TAGS)
 def sft_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The stage-2 model: LoRA (or full) SFT with the weighted think-loss, saved in HF/PEFT format."""
     from pipelines.train.stage2 import build_sft_model
 
     result = build_sft_model(omne.params(), progress=False)
-    meta = result.manifest.metadata
+    return dg.MaterializeResult(data_version=data_version(result.manifest), metadata={**_model_metadata(result),
+                                          "loss_curve": dg.MetadataValue.path(str(result.folder / "loss_curve.png"))})
+
+
+@dg.asset(group_name="training", kinds={"pytorch", "png"}, deps=[sft_conversations, qa_dataset], pool=GPU_POOL,
+          op_tags=GPU_TAGS)
+def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """Seed paper Table 5: one SFT model per think-loss weight, each evaluated; EM and loss against the weight."""
+    from pipelines.lineage import read_manifest
+    from pipelines.train.sweep import run_think_sweep
+
+    result = run_think_sweep(omne.params(), progress=False)
+    table = ["| think weight | final loss | EM | F1 |", "|---:|---:|---:|---:|"]
+    table += [f"| {p.think_weight:g} | {p.final_loss if p.final_loss is not None else '-'} | {p.em:.3f} | {p.f1:.3f} |"
+              for p in result.points]
     return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(str(result.folder)), "reused_existing": result.skipped,
-        "final_loss": meta.get("final_loss"), "steps": meta.get("steps"), "tokens_per_s": meta.get("tokens_per_s"),
-        "loss_curve": dg.MetadataValue.path(str(result.folder / "loss_curve.png")),
-        "manifest": dg.MetadataValue.json(result.manifest.model_dump(mode="json"))})
+        **manifest_metadata(folder=result.folder, manifest=read_manifest(result.folder)),
+        "sweep": dg.MetadataValue.md("\n".join(table)),
+        "plot": dg.MetadataValue.path(str(result.folder / "sweep.png"))})
+
+
+@dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS)
+def stage1_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """RL stage 1 from the base model on QA pairs (rl.stage1: rewards, GRPO or PPO, rollouts with the tools)."""
+    from pipelines.train.rl import train_rl
+
+    result = train_rl(omne.params(), 1, progress=False)
+    return dg.MaterializeResult(metadata={
+        **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
+
+
+@dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[sft_model, qa_dataset], pool=GPU_POOL,
+          op_tags=GPU_TAGS)
+def stage3_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """RL stage 3 from the SFT model (rl.stage3)."""
+    from pipelines.train.rl import train_rl
+
+    result = train_rl(omne.params(), 3, progress=False)
+    return dg.MaterializeResult(metadata={
+        **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
+
+
+def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
+    from pipelines.eval.runner import evaluate_cached
+    from pipelines.lineage import read_manifest
+
+    result = evaluate_cached(params, model, name=name)
+    metrics = result.metrics
+    by_bucket = {bucket: round(scores.em, 4) for bucket, scores in metrics.by_bucket.items()}
+    return dg.MaterializeResult(metadata={
+        **manifest_metadata(folder=result.folder, manifest=read_manifest(result.folder)),
+        "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
+        "em_by_bucket": dg.MetadataValue.json(by_bucket),
+        "report": dg.MetadataValue.path(str(result.folder / "report.html"))})
+
+
+@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[sft_model], pool=GPU_POOL, op_tags=GPU_TAGS)
+def sft_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """The SFT model with tools on the same test sample as the base model's report."""
+    params = omne.params()
+    return _evaluation(params, str(params.artifacts_dir / "models" / "sft"), "sft-tools")
+
+
+@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[stage3_rl_model], pool=GPU_POOL,
+          op_tags=GPU_TAGS)
+def stage3_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """The stage-3 RL model with tools on the same test sample (seed paper Table 6: against the SFT model)."""
+    params = omne.params()
+    return _evaluation(params, str(params.artifacts_dir / "models" / "rl-stage3"), "rl-stage3-tools")

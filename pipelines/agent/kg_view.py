@@ -11,7 +11,6 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import lancedb
 import numpy as np
 
 from pipelines.kg.errors import ArtifactMissingError
@@ -142,6 +141,8 @@ def _load_vectors(artifacts: Path, domain: str, n: int) -> np.ndarray | None:
     folder = index_dir(artifacts, domain)
     if not (folder / f"{TABLE_NAME}.lance").is_dir():
         return None
+    import lancedb  # imported on use (seconds)
+
     table = lancedb.connect(folder).open_table(TABLE_NAME).to_arrow()
     ids = table.column("id").to_numpy()
     column = table.column("vector").combine_chunks()

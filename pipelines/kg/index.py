@@ -11,7 +11,6 @@ import hashlib
 import os
 from pathlib import Path
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel
@@ -70,6 +69,8 @@ def table_content_hash(table: pa.Table) -> str:
 
 def write_index(folder: Path, table: pa.Table, params: IndexParams) -> bool:
     """Create the LanceDB table; returns whether an ANN index was built."""
+    import lancedb  # imported on use: it costs seconds, and Dagster loads this module in every process
+
     db = lancedb.connect(folder)
     lance_table = db.create_table(TABLE_NAME, data=table, mode="overwrite")
     if table.num_rows < params.ann_min_rows:
@@ -88,6 +89,8 @@ class EntityIndex:
         if not (folder / f"{TABLE_NAME}.lance").is_dir():
             raise ArtifactMissingError(f"{folder}: no entity index here (run `omne kg index` first)")
         self.params = params
+        import lancedb
+
         self.table = lancedb.connect(folder).open_table(TABLE_NAME)
         self.encoder = encoder or Encoder(params)
         self.has_ann = bool(self.table.list_indices())
