@@ -144,7 +144,8 @@ def _keys(keys) -> list[str]:  # noqa: ANN001
 
 
 KG_DOWNSTREAM = ["entity_index", "eval_report", "gold_paths", "knowledge_graph", "qa_dataset", "qa_pairs",
-                 "seed_subgraphs", "sft_conversations", "sft_model"]
+                 "seed_subgraphs", "sft_conversations", "sft_eval_report", "sft_model", "stage1_rl_model",
+                 "stage3_eval_report", "stage3_rl_model", "think_weight_sweep"]
 
 
 def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: ANN001
