@@ -444,7 +444,7 @@ def sft_train_command(ctx: click.Context, name: str, think_weight: float | None,
     result = build_sft_model(_params(ctx), name=name, think_weight=think_weight, force=force)
     meta = result.manifest.metadata
     click.echo(f"{'up to date' if result.skipped else 'trained'}: {meta.get('steps')} steps, final loss "
-               f"{meta.get('final_loss')}, {meta.get('tokens_per_s')} tokens/s -> {result.folder}")
+               f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {result.folder}")
 
 
 @sft.command("sweep")
@@ -624,7 +624,7 @@ def _train_and_evaluate_sft(params: Params, *, force: bool) -> Any:
     model = build_sft_model(params, force=force)
     meta = model.manifest.metadata
     click.echo(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
-               f"{meta.get('final_loss')}, {meta.get('tokens_per_s')} tokens/s -> {model.folder}")
+               f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {model.folder}")
     return evaluate_cached(params, str(model.folder), name="sft-tools", force=force)
 
 

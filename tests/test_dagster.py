@@ -178,7 +178,7 @@ def test_domain_partitions_sensor_follows_the_registry(defs, project: Path) -> N
     import dagster as dg
 
     from dagster_project.defs.partitions import DOMAIN_PARTITIONS
-    from dagster_project.defs.sensors import domain_partitions_sensor
+    from dagster_project.defs.automation import domain_partitions_sensor
 
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(DOMAIN_PARTITIONS, ["solar", "gone"])
@@ -193,7 +193,7 @@ def test_domain_partitions_sensor_follows_the_registry(defs, project: Path) -> N
 def test_kg_source_sensor_requests_the_changed_domain_once(defs, project: Path) -> None:  # noqa: ANN001
     import dagster as dg
 
-    from dagster_project.defs.sensors import kg_source_sensor
+    from dagster_project.defs.automation import kg_source_sensor
 
     instance = dg.DagsterInstance.ephemeral()
 
@@ -227,7 +227,7 @@ def test_kg_source_sensor_requests_the_changed_domain_once(defs, project: Path) 
 def test_kg_source_sensor_survives_a_missing_source_and_sees_new_domains(defs, project: Path) -> None:  # noqa: ANN001
     import dagster as dg
 
-    from dagster_project.defs.sensors import kg_source_sensor
+    from dagster_project.defs.automation import kg_source_sensor
 
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("domain", ["solar"])

@@ -2,7 +2,7 @@
 
 The partition keys live in the Dagster instance, so that adding a domain (`omne kg import`) needs no
 code reload:
-- `domain_partitions_sensor` (defs/sensors.py, running by default: it only edits partition keys and
+- `domain_partitions_sensor` (defs/automation.py, running by default: it only edits partition keys and
   launches nothing) adds and removes keys to match the registry;
 - loading the code location adds the keys that are missing (definitions.py), so that a fresh
   DAGSTER_HOME, the UI and `dagster asset materialize --partition X` know the domains at once;
