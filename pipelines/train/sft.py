@@ -290,7 +290,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     conversations = list(conversations)
     all_inputs = {**(inputs or {}), "conversations": conversations_sha256(conversations),
                   "base_model": model_identity(base_model_folder)}
-    shaping = params.model_dump(mode="json", exclude={"sweep_weights"})
+    shaping = params.model_dump(mode="json", exclude={"sweep_weights", "sweep_max_steps"})  # the sweep's, not this model's
     if not force:
         manifest = read_manifest(output_folder)
         if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
