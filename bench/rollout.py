@@ -16,6 +16,11 @@ same protocol (``omne``) and the same in-process KG tools (``InProcessToolClient
   generate together, one left-padded ``generate`` per round, then their tool calls run;
 * baseline: the same engine with ``batch_size`` 1: one question at a time, round after round.
 
+Both use the local client as it is: with its prefix cache (the shared system prompt and each episode's
+earlier rounds are not recomputed; the client's store is emptied before every timed run), a static
+cache and decode chunks. ``--compare-plain`` also times both on the plain path (the client before
+issue 7) in the same process, and compares their trajectories with the cached ones.
+
 Reported: questions/s (= samples/s: one rollout per question), generated tokens/s, prompt
 tokens/s, KG calls/s, model turns, the time inside ``generate`` and inside the tools, and whether
 the trajectories (messages) are the same in both (greedy); where they differ, where and why (the
@@ -33,6 +38,8 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -122,20 +129,34 @@ class GenerateRecorder:
     """Wraps the local model's ``generate`` (instance attribute, this process only): the number of
     calls, their rows, prompt widths and steps (rows x steps = token positions decoded, padding and
     finished rows included), the time inside them, split into prefill (until the first new token,
-    timed with a streamer) and decoding."""
+    timed with a streamer) and decoding.
 
-    def __init__(self, lm: Any) -> None:
+    With the client's prefix cache, prompts are computed before ``generate`` (the client's
+    ``prefill_stats``: positions computed, reused from its store, seconds) and ``generate`` starts
+    from a cache holding all but each row's last prompt token, possibly in several calls per batch
+    (decode chunks: rows that ended leave the batch between them); such a call counts as decoding,
+    its first step included, and its prompt positions are only the ones it computes."""
+
+    def __init__(self, lm: Any, client: Any = None) -> None:
         self.inner = lm.generate
         lm.generate = self
+        self.client = client
         self.reset()
+
+    def _client_stats(self) -> dict[str, float]:
+        return dict(getattr(self.client, "prefill_stats", None) or {})
 
     def reset(self) -> None:
         self.calls = self.rows = self.row_steps = self.steps = self.prefill_positions = 0
+        self.decode_steps = self.batches = 0
         self.seconds = self.prefill_seconds = 0.0
         self.max_rows = 0
+        self.client_start = self._client_stats()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        first = _FirstStep() if kwargs.get("streamer") is None else None
+        past = kwargs.get("past_key_values")
+        cached = int(past.get_seq_length()) if past is not None else 0
+        first = _FirstStep() if kwargs.get("streamer") is None and not cached else None
         if first is not None:
             kwargs["streamer"] = first
         start = time.perf_counter()
@@ -146,21 +167,52 @@ class GenerateRecorder:
         rows, width = kwargs["input_ids"].shape
         steps = output.shape[1] - width
         self.calls += 1
-        self.rows += rows
+        if not cached:  # else the client counts the batch (one or more calls) and its rows
+            self.batches += 1
+            self.rows += rows
+            self.prefill_positions += rows * width
         self.max_rows = max(self.max_rows, rows)
-        self.prefill_positions += rows * width
         self.steps += steps
+        self.decode_steps += steps if cached else max(steps - 1, 0)
         self.row_steps += rows * steps
         return output
 
     def record(self, generated: int, wall: float) -> dict[str, Any]:
         decode = self.seconds - self.prefill_seconds
-        return {"generate_calls": self.calls, "generate_rows": self.rows, "generate_max_rows": self.max_rows,
+        stats = self._client_stats()
+        outside = {k: stats.get(k, 0) - self.client_start.get(k, 0) for k in stats}
+        prefill = self.prefill_seconds + outside.get("seconds", 0.0)
+        return {"generate_calls": self.calls, "batches": self.batches + int(outside.get("batches", 0)),
+                "generate_rows": self.rows + int(outside.get("rows", 0)), "generate_max_rows": self.max_rows,
                 "generate_s": round(self.seconds, 4), "generate_share": round(self.seconds / wall, 4),
-                "prefill_s": round(self.prefill_seconds, 4), "prefill_positions": self.prefill_positions,
+                "prefill_s": round(prefill, 4), "prefill_in_generate_s": round(self.prefill_seconds, 4),
+                "prefill_before_generate_s": round(outside.get("seconds", 0.0), 4),
+                "prefill_positions": self.prefill_positions + int(outside.get("computed", 0)),
+                "reused_positions": int(outside.get("reused", 0)), "anchor_positions": int(outside.get("anchor", 0)),
+                "anchor_s": round(outside.get("anchor_seconds", 0.0), 4),
                 "decode_s": round(decode, 4), "decode_steps": self.steps, "row_steps": self.row_steps,
-                "decode_ms_per_step": round(decode / max(self.steps - self.calls, 1) * 1000, 2),
+                "decode_ms_per_step": round(decode / max(self.decode_steps, 1) * 1000, 2),
                 "useful_step_share": round(generated / self.row_steps, 4) if self.row_steps else None}
+
+
+@contextmanager
+def plain_path(client: Any, plain: bool) -> Iterator[None]:
+    """``plain``: the local client as before issue 7: no prefix cache (nor its static cache and decode
+    chunks), and the stop-string criteria built anew by ``generate`` at every call."""
+    if not plain or not hasattr(client, "prefix_cache"):
+        yield
+        return
+    from transformers import StoppingCriteriaList
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    before = client.prefix_cache
+    client.prefix_cache = False
+    client._stopping = lambda stop: StoppingCriteriaList([StopStringCriteria(client.tokenizer, list(stop))])  # noqa: SLF001
+    try:
+        yield
+    finally:
+        client.prefix_cache = before
+        del client._stopping  # noqa: SLF001 - back to the method
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,6 +222,9 @@ class GenerateRecorder:
 def timed_run(label: str, engine: RolloutEngine, tasks: list[Task], recorder: GenerateRecorder | None,
               progress: bool) -> tuple[list[Trajectory], dict[str, Any]]:
     KGToolbox._embed.cache_clear()  # noqa: SLF001 - every run starts with a cold query-embedding cache
+    clear = getattr(engine.client, "clear_prefix_cache", None)
+    if clear is not None:
+        clear()  # and with no stored prompt states (the system prompt is computed once in every run)
     if recorder is not None:
         recorder.reset()
     with Stage(interval=0.05) as stage:  # a coarse RSS sampler: its thread would compete for the GIL
@@ -290,28 +345,49 @@ def render(results: dict[str, Any]) -> str:
     head = (f"{'engine':<20} {'wall s':>8} {'cpu s':>8} {'questions/s':>11} {'gen tok/s':>9} {'prompt tok/s':>12} "
             f"{'KG calls/s':>10} {'turns':>5} {'gen tok':>7} {'KG calls':>8} {'generate':>8} {'in gen':>6} {'x':>6}")
     out += ["", head, "-" * len(head)]
-    for label, m in (("sequential (batch 1)", s), (f"batched (batch {setup['batch_size']})", b)):
-        x = s["wall_s"] / m["wall_s"]
+    plain = results.get("plain")
+    rows = [("sequential (batch 1)", s, s), (f"batched (batch {setup['batch_size']})", b, s)]
+    if plain:
+        rows += [("sequential, plain", plain["sequential"], plain["sequential"]),
+                 ("batched, plain", plain["batched"], plain["sequential"])]
+    for label, m, base in rows:
+        x = base["wall_s"] / m["wall_s"]
         out.append(f"{label:<20} {m['wall_s']:>8.2f} {m['cpu_s']:>8.2f} {m['questions_per_s']:>11.3f} "
                    f"{m['generated_tokens_per_s']:>9.1f} {m['prompt_tokens_per_s']:>12.1f} {m['kg_calls_per_s']:>10.2f} "
                    f"{m['turns']:>5} {m['generated_tokens']:>7} {m['kg_calls']:>8} {m.get('generate_calls', '-'):>8} "
                    f"{(m.get('generate_share') or 0) * 100:>5.0f}% {x:>6.2f}")
     c = results["comparison"]
-    out += [(f"x = sequential wall time / this one's; ratio batched/sequential wall = {results['ratio']:.4f}, cpu = "
-             f"{results['cpu_ratio']:.4f}. questions/s = samples/s (one rollout per question). generate = model "
-             f"generate calls; in gen = share of the wall time inside them."),
+    out += [(f"x = the sequential wall time of the same path / this one's; ratio batched/sequential wall = "
+             f"{results['ratio']:.4f}, cpu = {results['cpu_ratio']:.4f}. questions/s = samples/s (one rollout per "
+             f"question). generate = model generate calls; in gen = share of the wall time inside them."),
             f"answers given: sequential {s['answered']}, batched {b['answered']} of {s['questions']}."]
+    if b.get("anchor_positions"):
+        steady = (s["wall_s"] - s["anchor_s"]) / (b["wall_s"] - b["anchor_s"])
+        out.append(f"the system prompt ({b['anchor_positions']:,} positions) is computed "
+                   f"once per run, {s['anchor_s']:.2f} s sequential, {b['anchor_s']:.2f} s batched (the store is "
+                   f"emptied before every run); without it (a process that keeps it, e.g. an evaluation over many "
+                   f"batches) batched would be {steady:.2f}x sequential.")
+    if plain:
+        out.append(f"plain = the client without its prefix cache, static cache or decode chunks, stop-string criteria "
+                   f"rebuilt at every generate call (the code before issue 7): batched {plain['speedup']:.2f}x "
+                   f"sequential there; the prefix cache path is {plain['gain_sequential']:.2f}x faster sequential, "
+                   f"{plain['gain_batched']:.2f}x batched; batched with the cache is {plain['batched_vs_plain_sequential']:.2f}x "
+                   f"the plain sequential loop.")
     if "generate_calls" in b:
-        head = (f"{'inside generate':<20} {'calls':>5} {'rows':>5} {'prefill s':>9} {'prompt pos':>10} {'decode s':>8} "
-                f"{'steps':>5} {'ms/step':>7} {'kept':>5}")
+        head = (f"{'inside generate':<20} {'calls':>5} {'rows':>5} {'prefill s':>9} {'prompt pos':>10} {'reused':>8} "
+                f"{'decode s':>8} {'steps':>5} {'ms/step':>7} {'kept':>5}")
         out += ["", head, "-" * len(head)]
-        for label, m in (("sequential", s), ("batched", b)):
+        for label, m, _ in rows:
             out.append(f"{label:<20} {m['generate_calls']:>5} {m['generate_rows']:>5} {m['prefill_s']:>9.2f} "
-                       f"{m['prefill_positions']:>10,} {m['decode_s']:>8.2f} {m['decode_steps']:>5} "
-                       f"{m['decode_ms_per_step']:>7.1f} {(m['useful_step_share'] or 0) * 100:>4.0f}%")
-        out.append("prefill = until the first new token (prompt positions = rows x padded prompt width); steps = "
-                   "decoding steps of all calls; kept = generated tokens / (rows x steps): the rest are rows that "
-                   "had stopped, or text cut at a stop string, while their batch ran on.")
+                       f"{m['prefill_positions']:>10,} {m.get('reused_positions', 0):>8,} {m['decode_s']:>8.2f} "
+                       f"{m['decode_steps']:>5} {m['decode_ms_per_step']:>7.1f} "
+                       f"{(m['useful_step_share'] or 0) * 100:>4.0f}%")
+        out.append("prefill = prompt positions computed: before generate (prefix cache path: each prompt's new tokens "
+                   "at batch 1) plus inside it until the first new token (plain path: rows x padded prompt width); "
+                   "reused = prompt positions taken from the client's prefix store (shared system prompt, an "
+                   "episode's earlier rounds); steps = decoding steps of all calls; kept = generated tokens / "
+                   "(rows x steps): the rest are rows that had stopped, or text cut at a stop string, while their "
+                   "batch ran on (with the prefix cache, ended rows leave the batch between decode chunks).")
     out.append("")
     if c["same_trajectories"]:
         out.append(f"same trajectories: true (all {c['compared']} questions: the same messages, answers and finish)")
@@ -324,6 +400,19 @@ def render(results: dict[str, Any]) -> str:
                    if "margin" in margin else "")
             out.append(f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
                        f"{e['sequential'][:24]!r} vs {e['batched'][:24]!r}{why}")
+    if plain:
+        for label in ("sequential", "batched"):
+            p = plain[f"same_as_plain_{label}"]
+            out.append(f"{label} with the prefix cache vs plain: same trajectories "
+                       f"{str(p['same_trajectories']).lower()} ({p['differing']} of {p['compared']} differ)")
+            for e in p["examples"]:
+                margin = e.get("top2_at_difference") or {}
+                why = (f"; top-2 at that token {margin['top2']} logit margin {margin['margin']:.4g}"
+                       if "margin" in margin else "")
+                out.append(f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
+                           f"{e['sequential'][:24]!r} (cache) vs {e['batched'][:24]!r} (plain){why}")
+        out.append(f"plain batched vs plain sequential: same trajectories "
+                   f"{str(plain['comparison']['same_trajectories']).lower()}")
     det = results["determinism"]
     out.append(f"repeat runs identical: sequential {str(det['sequential']).lower()}, batched "
                f"{str(det['batched']).lower()}")
@@ -389,6 +478,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "shared machine torch's OpenMP threads lose their time slice whenever another process "
                              "holds a core (a batch-1 forward measured 5x slower with 2 threads than with 1 under "
                              "load)")
+    parser.add_argument("--compare-plain", action="store_true",
+                        help="also time both engines on the plain path (the local client without its prefix cache, "
+                             "static cache and decode chunks, stop-string criteria rebuilt at every generate call: "
+                             "the code before issue 7), in turn with the others, and compare the trajectories")
     parser.add_argument("--diagnose", type=int, default=5, metavar="N",
                         help="differing trajectories to explain (first differing token, top-2 logits at it)")
     parser.add_argument("--require-same", action="store_true",
@@ -448,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(client, "batch_size"):
         client.batch_size = args.batch_size  # one generate per round for the batched engine
     lm = getattr(client, "lm", None)
-    recorder = GenerateRecorder(lm) if lm is not None else None
+    recorder = GenerateRecorder(lm, client) if lm is not None else None
     device = getattr(client, "device", "endpoint")
     dtype = str(next(lm.parameters()).dtype).removeprefix("torch.") if lm is not None else None
     log.info("model %s on %s (%s), tools loaded, in %.1f s", client.model, device, dtype, time.perf_counter() - t0)
@@ -472,22 +565,42 @@ def main(argv: list[str] | None = None) -> int:
     log.info("warm-up in %.1f s", time.perf_counter() - t0)
 
     progress = sys.stderr.isatty()
-    runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "batched": []}
-    signatures: dict[str, list[tuple]] = {"sequential": [], "batched": []}
+    variants = [("sequential", sequential, False), ("batched", batched, False)]
+    if args.compare_plain:
+        variants += [("sequential_plain", sequential, True), ("batched_plain", batched, True)]
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in variants}
+    signatures: dict[str, list[tuple]] = {label: [] for label, _, _ in variants}
     kept: dict[str, list[Trajectory]] = {}
-    log.info("rollouts: sequential (batch 1) vs batched (batch %d), x%d each, in turn; <= %d new tokens x %d rounds",
-             args.batch_size, args.repeat, args.max_new_tokens, args.max_rounds)
+    log.info("rollouts: sequential (batch 1) vs batched (batch %d)%s, x%d each, in turn; <= %d new tokens x %d rounds",
+             args.batch_size, ", then both on the plain path" if args.compare_plain else "", args.repeat,
+             args.max_new_tokens, args.max_rounds)
     for index in range(args.repeat):
         log.info("  run %d of %d", index + 1, args.repeat)
-        for label, engine in (("sequential", sequential), ("batched", batched)):
+        for label, engine, plain in variants:
             kept[label] = []  # let the previous run's trajectories go first
-            kept[label], m = timed_run(label, engine, tasks, recorder, progress)
+            with plain_path(client, plain):
+                kept[label], m = timed_run(label, engine, tasks, recorder, progress)
             runs[label].append(m)
             signatures[label].append(tuple(signature(t) for t in kept[label]))
 
     seq_m, bat_m = best_of(runs["sequential"]), best_of(runs["batched"])
     comparison = compare(kept["sequential"], kept["batched"], client, protocol.assistant_prefix(), args.diagnose)
     speedup = round(seq_m["wall_s"] / bat_m["wall_s"], 3)
+    plain_results = None
+    if args.compare_plain:
+        pseq, pbat = best_of(runs["sequential_plain"]), best_of(runs["batched_plain"])
+        plain_results = {
+            "sequential": pseq, "batched": pbat, "speedup": round(pseq["wall_s"] / pbat["wall_s"], 3),
+            "gain_sequential": round(pseq["wall_s"] / seq_m["wall_s"], 3),
+            "gain_batched": round(pbat["wall_s"] / bat_m["wall_s"], 3),
+            "batched_vs_plain_sequential": round(pseq["wall_s"] / bat_m["wall_s"], 3),
+            "comparison": compare(kept["sequential_plain"], kept["batched_plain"], client,
+                                  protocol.assistant_prefix(), args.diagnose),
+            # "sequential" in these = with the prefix cache, "batched" = plain
+            "same_as_plain_sequential": compare(kept["sequential"], kept["sequential_plain"], client,
+                                                protocol.assistant_prefix(), args.diagnose),
+            "same_as_plain_batched": compare(kept["batched"], kept["batched_plain"], client,
+                                             protocol.assistant_prefix(), args.diagnose)}
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
     results: dict[str, Any] = {
         "benchmark": "rollout",
@@ -501,13 +614,16 @@ def main(argv: list[str] | None = None) -> int:
                   "mode": protocol.mode, "model": client.model, "device": device, "dtype": dtype, "gpu": gpu,
                   "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
                   "max_new_tokens": args.max_new_tokens, "max_rounds": args.max_rounds, "repeat": args.repeat,
-                  "seed": seed, "profile": params.profile, "force_tool_call": args.force_tool_call},
+                  "seed": seed, "profile": params.profile, "force_tool_call": args.force_tool_call,
+                  "prefix_cache": getattr(client, "prefix_cache", None),
+                  "decode_chunk": getattr(client, "decode_chunk", None), "compare_plain": args.compare_plain},
         "sequential": seq_m, "batched": bat_m,
         "speedup": speedup, "ratio": ratio(bat_m["wall_s"], seq_m["wall_s"]),
         "cpu_ratio": ratio(bat_m["cpu_s"], seq_m["cpu_s"]),
         "throughput_ratio_generated_tokens": ratio(bat_m["generated_tokens_per_s"], seq_m["generated_tokens_per_s"]),
         "comparison": comparison,
         "determinism": {label: len(set(sigs)) == 1 for label, sigs in signatures.items()},
+        **({"plain": plain_results} if plain_results else {}),
     }
     results["machine"]["load_average_at_end"] = load_average()
     results["targets"] = [{"target": f"batched (batch {args.batch_size}) >= {TARGET_SPEEDUP:g}x sequential questions/s",
