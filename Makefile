@@ -53,6 +53,8 @@ bench: setup
 	$(BIN)/python bench/tools.py
 	$(BIN)/python bench/qa.py
 	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/sft.py
+	$(BIN)/python bench/orchestration.py
 
 dagster: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000
