@@ -83,7 +83,8 @@ def failed(toolbox: KGToolbox, call: object, kind: ErrorType, **kwargs: object) 
 
 # ----- entity_matcher ---------------------------------------------------------------------------------
 def test_entity_matcher_lists_the_top_five_with_descriptions(toolbox: KGToolbox) -> None:
-    lines = ok(toolbox, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")
+    box = variant(toolbox, entity_matcher_top_k=5)  # the seed paper's five (params.yaml's quick value is 3)
+    lines = ok(box, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")
     assert lines[0] == "Found 5 entities matching 'Jupiter':"
     assert lines[1] == "1. Entity: Jupiter Description: Gas giant and the largest planet."
     assert len(lines) == 6
@@ -100,7 +101,7 @@ def test_entity_matcher_lists_the_top_five_with_descriptions(toolbox: KGToolbox)
 @pytest.mark.parametrize("name", sorted(ENTITIES))
 def test_entity_matcher_top_hit_for_an_exact_name_is_that_entity(toolbox: KGToolbox, name: str) -> None:
     lines = ok(toolbox, f'entity_matcher(node_name="{name}", graph_type="solar")').split("\n")
-    assert lines[0] == f"Found 5 entities matching '{name}':"
+    assert lines[0] == f"Found {toolbox.tool_params.entity_matcher_top_k} entities matching '{name}':"
     assert lines[1] == f"1. Entity: {name} Description: {ENTITIES[name] or 'none'}"
 
 
@@ -470,7 +471,8 @@ def test_an_exception_in_a_handler_is_a_server_error(toolbox: KGToolbox, monkeyp
     monkeypatch.setattr(graph, "vectors", None, raising=False)  # no index: a typed error, not a crash
     assert failed(box, 'entity_matcher(node_name="Io", graph_type="solar")', ErrorType.SERVER_ERROR)
     # the shared toolbox is untouched
-    assert ok(toolbox, 'entity_matcher(node_name="Io", graph_type="solar")').startswith("Found 5 entities")
+    assert ok(toolbox, 'entity_matcher(node_name="Io", graph_type="solar")').startswith(
+        f"Found {toolbox.tool_params.entity_matcher_top_k} entities")
 
 
 def test_a_registered_but_unbuilt_domain_is_a_typed_error(tmp_path: Path, toolbox: KGToolbox) -> None:
