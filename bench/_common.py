@@ -240,6 +240,17 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def verdict(passed: bool | None) -> str:
+    """A target's verdict column: PASS, MISS, or n/a when it could not be measured here."""
+    return "n/a " if passed is None else ("PASS" if passed else "MISS")
+
+
+def load_line(machine: dict[str, Any]) -> str:
+    """Cores and load average at start and end: how far the machine was from idle during the run."""
+    return (f"{machine['cpu_cores']} CPU cores; load average at start {machine['load_average_at_start'][0]:.2f}, "
+            f"at end {machine['load_average_at_end'][0]:.2f}")
+
+
 def args_record(args: argparse.Namespace) -> dict[str, Any]:
     """The parsed options, JSON-ready (paths as strings)."""
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}

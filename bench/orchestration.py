@@ -52,7 +52,7 @@ from typing import Any
 
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (RESULTS_DIR, ROOT, RawHelpFormatter, Stage, args_record, load_average, machine_info, ratio,
-                     setup_logging, write_results)
+                     load_line, setup_logging, write_results)
 
 warnings.filterwarnings("ignore", message=".*is currently in (preview|beta).*")  # the checks' partitions_def
 
@@ -246,8 +246,7 @@ def render_table(results: dict[str, Any]) -> str:
             lines.append(f"  {name:<16} {d['before_step_s']:>7.3f} / {d['step_s']:>8.3f} / "
                          f"{d['after_step_s']:>6.3f} s, {d['events']} events")
     m = results["machine"]
-    lines += ["", f"{m['cpu_cores']} CPU cores; load average at start {m['load_average_at_start'][0]:.2f}, "
-                  f"at end {m['load_average_at_end'][0]:.2f}; {m['torch_threads']} torch thread(s); "
+    lines += ["", f"{load_line(m)}; {m['torch_threads']} torch thread(s); "
                   f"instance {results['args']['instance']}; dagster {results['dagster']}."]
     return "\n".join(lines)
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 # first: sets the offline environment and puts the project root on sys.path
-from _common import (DEGREE_LAW, MB, RESULTS_DIR, ROOT, RawHelpFormatter, Stage, alternate, args_record,
-                     load_average, machine_info, make_synthetic, ratio, setup_logging, write_results)
+from _common import (DEGREE_LAW, MB, RESULTS_DIR, ROOT, RawHelpFormatter, Stage, alternate, args_record, load_line,
+                     load_average, machine_info, make_synthetic, ratio, setup_logging, verdict, write_results)
 
 import httpx
 import networkx as nx
@@ -478,11 +478,8 @@ def render(results: dict[str, Any]) -> str:
                    f"{str(llm['same_pairs']).lower()}.")
     out += ["", "targets"]
     for c in results["targets"]:
-        verdict = "n/a " if c["pass"] is None else ("PASS" if c["pass"] else "MISS")
-        out.append(f"  {verdict}  {c['target']:<48} {c['where']:<10} {c['value']:,.2f} {c['unit']}")
-    m = results["machine"]
-    out += ["", f"{m['cpu_cores']} CPU cores; load average at start {m['load_average_at_start'][0]:.2f}, at end "
-                f"{m['load_average_at_end'][0]:.2f}."]
+        out.append(f"  {verdict(c['pass'])}  {c['target']:<48} {c['where']:<10} {c['value']:,.2f} {c['unit']}")
+    out += ["", load_line(results["machine"]) + "."]
     return "\n".join(out)
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (MB, RESULTS_DIR, ROOT, RawHelpFormatter, Stage, args_record, load_average, machine_info,
-                     merge_runs, ratio, setup_logging, write_results)
+                     load_line, merge_runs, ratio, setup_logging, verdict, write_results)
 
 import torch
 
@@ -418,11 +418,8 @@ def render(results: dict[str, Any]) -> str:
                f"{str(det['batched']).lower()}")
     out += ["", "targets"]
     for t in results["targets"]:
-        verdict = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "MISS")
-        out.append(f"  {verdict}  {t['target']:<52} {t['value']:,.2f} {t['unit']}")
-    m = results["machine"]
-    out += ["", f"{m['cpu_cores']} CPU cores; load average at start {m['load_average_at_start'][0]:.2f}, at end "
-                f"{m['load_average_at_end'][0]:.2f}."]
+        out.append(f"  {verdict(t['pass'])}  {t['target']:<52} {t['value']:,.2f} {t['unit']}")
+    out += ["", load_line(results["machine"]) + "."]
     return "\n".join(out)
 
 

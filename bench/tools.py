@@ -49,7 +49,7 @@ from typing import Any
 
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (DEGREE_LAW, RESULTS_DIR, ROOT, RawHelpFormatter, args_record, load_average, machine_info,
-                     setup_logging, write_results)
+                     load_line, setup_logging, verdict, write_results)
 from _common import make_synthetic as _make_synthetic
 
 import lancedb
@@ -643,13 +643,10 @@ def render(results: dict[str, Any]) -> str:
                    f"{em['search']['nearest']['p50_ms']:>9.3f} {em['search']['nearest_blas_1_thread']['p50_ms']:>13.3f}")
     out += ["", "targets"]
     for c in results["targets"]:
-        verdict = "n/a " if c["pass"] is None else ("PASS" if c["pass"] else "MISS")
         value = "-" if c["value"] is None else f"{c['value']:,.2f} {c['unit']}"
-        out.append(f"  {verdict}  {c['target']:<45} {c['graph']:<10} {value}")
+        out.append(f"  {verdict(c['pass'])}  {c['target']:<45} {c['graph']:<10} {value}")
     m = results["machine"]
-    out += ["", (f"{m['cpu_cores']} CPU cores, BLAS threads {m.get('blas_threads')}, torch threads "
-                 f"{m.get('torch_threads')}; load average at start {m['load_average_at_start'][0]:.2f}, at end "
-                 f"{m['load_average_at_end'][0]:.2f}."),
+    out += ["", f"{load_line(m)}; BLAS threads {m.get('blas_threads')}, torch threads {m.get('torch_threads')}.",
             "The HTTP server runs in a thread of this process (client and server share the GIL and the cores)."]
     return "\n".join(out)
 
