@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import httpx
@@ -17,6 +17,9 @@ from pipelines.config import ConfigError, Params, load_params
 from pipelines.domains import Domain, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
 from pipelines.kg.errors import ArtifactMissingError, KGSourceError
 from pipelines.llm.base import LLMError
+
+if TYPE_CHECKING:
+    from pipelines.run import StageTimes
 
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir", "text": "text"}
 USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, LLMError, httpx.HTTPError)
@@ -592,55 +595,65 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool
     conversations, the SFT model) evaluated on the same sample, then short RL stages 1 (from the base
     model) and 3 (from the SFT model), stage 3 evaluated too; prints a table per stage. Each step is
     reused when its inputs are unchanged, so a rerun (or a resumed run) only does what is missing."""
-    from pipelines.run import print_domain_table, run_main_job, run_qa_dataset
+    from pipelines.run import StageTimes, print_domain_table, run_main_job, run_qa_dataset
 
     params = _params(ctx)
     domains = _selected(params, names)
-    rows = run_main_job(params, domains, force=force)
+    times = StageTimes()
+    rows = run_main_job(params, domains, force=force, times=times)
     print_domain_table(rows)
-    dataset = run_qa_dataset(params, domains, force=force)
-    _print_qa_stats(dataset.stats)
-    _run_qa_checks(params)
+    with times.timed("QA dataset + checks"):
+        dataset = run_qa_dataset(params, domains, force=force)
+        _print_qa_stats(dataset.stats)
+        _run_qa_checks(params)
     if not skip_eval:
         from pipelines.eval.runner import evaluate_cached
 
-        runs = [evaluate_cached(params, "base", name="base-tools", force=force)]
+        with times.timed("evaluate base model"):
+            runs = [evaluate_cached(params, "base", name="base-tools", force=force)]
         if not skip_train:
-            runs.append(_train_and_evaluate_sft(params, force=force))
-            runs.append(_train_rl_stages_and_evaluate(params, force=force))
+            runs.append(_train_and_evaluate_sft(params, force=force, times=times))
+            runs.append(_train_rl_stages_and_evaluate(params, force=force, times=times))
         print_eval_table([r.metrics for r in runs])
         for result in runs:
             click.echo(f"report: {result.folder / 'report.html'}")
+    times.print_table()
+    times.write(params.artifacts_dir / "reports" / "run_timings.json")
 
 
-def _train_and_evaluate_sft(params: Params, *, force: bool) -> Any:
+def _train_and_evaluate_sft(params: Params, *, force: bool, times: StageTimes) -> Any:
     """Stage 2 of make run: SFT conversations, the SFT model (params.sft), its evaluation on the same sample."""
     from pipelines.eval.runner import evaluate_cached
     from pipelines.train.sft_data import build_sft_conversations
     from pipelines.train.stage2 import build_sft_model
 
-    data = build_sft_conversations(params, force=force)
+    with times.timed("SFT conversations"):
+        data = build_sft_conversations(params, force=force)
     click.echo(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
-    model = build_sft_model(params, force=force)
+    with times.timed("SFT model"):
+        model = build_sft_model(params, force=force)
     meta = model.manifest.metadata
     click.echo(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
                f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {model.folder}")
-    return evaluate_cached(params, str(model.folder), name="sft-tools", force=force)
+    with times.timed("evaluate SFT model"):
+        return evaluate_cached(params, str(model.folder), name="sft-tools", force=force)
 
 
-def _train_rl_stages_and_evaluate(params: Params, *, force: bool) -> Any:
+def _train_rl_stages_and_evaluate(params: Params, *, force: bool, times: StageTimes) -> Any:
     """Stages 1 and 3 of make run (a few steps each on the quick profile), then stage 3 evaluated."""
     from pipelines.eval.runner import evaluate_cached
     from pipelines.train.rl import train_rl
 
     for stage in (1, 3):
-        result = train_rl(params, stage, force=force)
+        with times.timed(f"RL stage {stage}"):
+            result = train_rl(params, stage, force=force)
         meta = result.manifest.metadata
         click.echo(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
                    f"{result.manifest.rows.get('steps')} steps, mean reward {_fmt(meta.get('reward_first_half_mean'))}"
                    f" -> {_fmt(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')} -> "
                    f"{result.folder}")
-    return evaluate_cached(params, str(result.folder), name="rl-stage3-tools", force=force)
+    with times.timed("evaluate RL stage 3"):
+        return evaluate_cached(params, str(result.folder), name="rl-stage3-tools", force=force)
 
 
 @cli.command("lineage")

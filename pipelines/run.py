@@ -3,8 +3,12 @@ params say otherwise), the merged QA dataset, then per-domain summary tables."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -28,15 +32,57 @@ class DomainRow(BaseModel):
     seconds: float
 
 
-def run_main_job(params: Params, domains: list[Domain], *, force: bool = False) -> list[DomainRow]:
+class StageTimes:
+    """Wall seconds per stage of one `omne run` (summed over domains), in the order the stages ran: where
+    the time of the main job goes, printed at its end and kept in artifacts/reports/run_timings.json."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def total(self) -> float:
+        return time.perf_counter() - self.started
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"stages_s": {k: round(v, 2) for k, v in self.seconds.items()},
+                                    "total_s": round(self.total(), 2)}, indent=2) + "\n", encoding="utf-8")
+
+    def print_table(self, console: Console | None = None) -> None:
+        total = self.total()
+        table = Table(title="omne run: wall time per stage")
+        for column in ("stage", "s", "share"):
+            table.add_column(column, justify="left" if column == "stage" else "right")
+        for stage, seconds in self.seconds.items():
+            table.add_row(stage, f"{seconds:.1f}", f"{seconds / total:.0%}" if total else "")
+        table.add_row("total", f"{total:.1f}", "100%")
+        (console or Console(width=None if sys.stdout.isatty() else 160)).print(table)
+
+
+def run_main_job(params: Params, domains: list[Domain], *, force: bool = False,
+                 times: StageTimes | None = None) -> list[DomainRow]:
+    times = times or StageTimes()
     rows = []
     for domain in tqdm(domains, desc="domains", unit="domain"):
         start = time.perf_counter()
-        kg = build_knowledge_graph(domain, params, force=force)
-        index = build_entity_index(domain.name, params, force=force)
-        seeds = build_seed_subgraphs(domain.name, params, force=force)
-        pairs = build_qa_pairs(domain.name, params, force=force)
-        gold = build_gold_paths(domain.name, params, force=force)
+        with times.timed("knowledge graphs"):
+            kg = build_knowledge_graph(domain, params, force=force)
+        with times.timed("entity indexes"):
+            index = build_entity_index(domain.name, params, force=force)
+        with times.timed("seed subgraphs"):
+            seeds = build_seed_subgraphs(domain.name, params, force=force)
+        with times.timed("QA pairs"):
+            pairs = build_qa_pairs(domain.name, params, force=force)
+        with times.timed("gold paths"):
+            gold = build_gold_paths(domain.name, params, force=force)
         qa_state = "cached" if seeds.skipped and pairs.skipped and gold.skipped else "built"
         rows.append(DomainRow(
             domain=domain.name,

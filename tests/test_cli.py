@@ -65,6 +65,13 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
     assert (project / "artifacts" / "kg" / "solar" / "entities.parquet").is_file()
     assert (project / "artifacts" / "index" / "solar" / "manifest.json").is_file()
+    assert "omne run: wall time per stage" in first
+    timings = json.loads((project / "artifacts" / "reports" / "run_timings.json").read_text())
+    assert list(timings["stages_s"]) == ["knowledge graphs", "entity indexes", "seed subgraphs", "QA pairs",
+                                         "gold paths", "QA dataset + checks", "evaluate base model",
+                                         "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 1",
+                                         "RL stage 3", "evaluate RL stage 3"]
+    assert timings["stages_s"]["SFT model"] > 0 and timings["total_s"] >= sum(timings["stages_s"].values())
     manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
     second = omne(project, "run").stdout
     assert "cached / cached / cached" in second and "sft model: up to date" in second
