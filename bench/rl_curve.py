@@ -27,6 +27,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="per round")
     parser.add_argument("--lr", type=float, default=1e-4, help="LoRA learning rate")
     parser.add_argument("--val", type=int, default=4, help="validation questions")
+    parser.add_argument("--data-mix", choices=("1-2", "3+", "mixed"), default=None,
+                        help="training questions by bucket (default: the stage's data_mix)")
+    parser.add_argument("--start", default=None,
+                        help="model to start from (default: the base model for stage 1, artifacts/models/sft for 3)")
     parser.add_argument("--name", default=None, help="model folder (default rl-stage<N>-curve)")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
@@ -35,10 +39,12 @@ def main() -> None:
     stage = getattr(params.rl, f"stage{args.stage}").model_copy(update={
         "max_steps": args.steps, "num_generations": args.generations, "questions_per_step": args.questions,
         "max_rounds": args.rounds, "max_new_tokens": args.new_tokens, "learning_rate": args.lr,
-        "val_questions": args.val, "eval_every": max(1, args.steps // 4), "max_questions": args.steps * args.questions})
+        "val_questions": args.val, "eval_every": max(1, args.steps // 4), "max_questions": args.steps * args.questions,
+        **({"data_mix": args.data_mix} if args.data_mix else {})})
     params = params.model_copy(update={"rl": params.rl.model_copy(update={f"stage{args.stage}": stage})})
     start = time.perf_counter()
-    result = train_rl(params, args.stage, name=args.name or f"rl-stage{args.stage}-curve", force=args.force)
+    result = train_rl(params, args.stage, start=args.start, name=args.name or f"rl-stage{args.stage}-curve",
+                      force=args.force)
     seconds = time.perf_counter() - start
     history = json.loads((result.folder / "trainer_state.json").read_text())["log_history"]
     rewards = [h["reward"] for h in history if "reward" in h]
