@@ -208,6 +208,7 @@ class RLStageParams(_Section):
     gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo
     gamma: float = Field(1.0, ge=0, le=1)  # ppo
     bf16: Literal["auto"] | bool = "auto"
+    gradient_checkpointing: bool = False  # recompute activations in backward: memory for ~1/3 more compute (long GPU episodes)
     seed: int = 0
 
     @model_validator(mode="after")

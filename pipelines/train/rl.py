@@ -566,7 +566,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         report_to="none", seed=settings.seed, bf16=_use_bf16(settings.bf16) and use_cuda, use_cpu=not use_cuda,
         max_completion_length=settings.max_length, disable_tqdm=not progress,
         reward_weights=settings.reward_weights, lr_scheduler_type="constant", warmup_steps=0,
-        remove_unused_columns=False, dataloader_num_workers=0)
+        remove_unused_columns=False, dataloader_num_workers=0, gradient_checkpointing=settings.gradient_checkpointing)
     peft_config = None
     if settings.method == "lora":
         from peft import LoraConfig
