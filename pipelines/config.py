@@ -160,7 +160,7 @@ class SFTParams(_Section):
     overlong: Literal["truncate", "drop"] = "truncate"  # a longer conversation: cut at max_length, or left out
     per_device_batch: int = Field(1, ge=1)
     grad_accumulation: int = Field(4, ge=1)
-    bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU that supports it
+    bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16
     gradient_checkpointing: bool = False
     logging_steps: int = Field(1, ge=1)
     seed: int = 0

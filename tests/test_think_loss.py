@@ -17,7 +17,7 @@ import torch
 from pipelines.config import SFTParams
 from pipelines.train.sft import (NO_THINK_PREFIX, TRAINING_TEMPLATES, load_sft_model, prepare_tokenizer,
                                  resize_for_tokens, sft_dataset, sharegpt_to_messages, train_sft,
-                                 training_chat_template)
+                                 training_chat_template, use_bf16)
 from pipelines.train.think_loss import (ThinkWeightCollator, ThinkWeightedSFTTrainer, think_spans, think_weights,
                                         weighted_causal_lm_loss)
 from tests.model_support import build_tiny_llama
@@ -297,6 +297,18 @@ def test_gradient_accumulation_normalises_by_the_total_weight(tiny: Path, tokeni
 # ------------------------------------------------------------------------------------------ training
 
 
+def test_bf16_auto_follows_the_hardware() -> None:
+    """``auto`` trains in bf16 on a CPU whose flags say it multiplies bf16 natively (and on CUDA)."""
+    from pipelines.train.sft import cpu_has_native_bf16
+
+    assert use_bf16(True) is True and use_bf16(False) is False
+    assert use_bf16("auto", cuda=False) == cpu_has_native_bf16()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        flags = set(cpuinfo.read_text().split())
+        assert cpu_has_native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
+
+
 def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
     from peft import PeftModel
     from safetensors.torch import load_file
@@ -317,6 +329,7 @@ def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
     assert set(manifest["files"]) >= {"adapter_model.safetensors", "tokenizer.json", "loss_curve.png"}
     meta = manifest["metadata"]
     assert meta["steps"] == 5 and meta["tokens_per_second"] > 0 and manifest["rows"]["overlong_examples"] == 0
+    assert meta["bf16"] == use_bf16("auto")  # SFTParams.bf16 defaults to auto: bf16 where the hardware has it
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     losses = [h["loss"] for h in history if "loss" in h]
     assert len(losses) == 5 and losses[-1] < losses[0] and meta["final_loss"] == losses[-1]

@@ -530,7 +530,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.lineage import fingerprint, new_manifest, read_manifest, relative_path, sha256_files, write_manifest
     from pipelines.llm.local import model_identity
     from pipelines.qa.build import qa_dir
-    from pipelines.train.sft import _use_bf16
+    from pipelines.train.sft import use_bf16
 
     settings: RLStageParams = getattr(params.rl, f"stage{stage}")
     output = params.artifacts_dir / "models" / (name or f"rl-stage{stage}")
@@ -564,7 +564,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         epsilon=settings.epsilon, max_grad_norm=settings.max_grad_norm, num_generations=settings.num_generations,
         per_device_train_batch_size=settings.questions_per_step * settings.num_generations,
         gradient_accumulation_steps=1, temperature=settings.temperature, logging_steps=1, save_strategy="no",
-        report_to="none", seed=settings.seed, bf16=_use_bf16(settings.bf16) and use_cuda, use_cpu=not use_cuda,
+        report_to="none", seed=settings.seed, bf16=use_bf16(settings.bf16, cuda=use_cuda), use_cpu=not use_cuda,
         max_completion_length=settings.max_length, disable_tqdm=not progress,
         reward_weights=settings.reward_weights, lr_scheduler_type="constant", warmup_steps=0,
         remove_unused_columns=False, dataloader_num_workers=0, gradient_checkpointing=settings.gradient_checkpointing)

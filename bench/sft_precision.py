@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""Benchmark: the stage-2 SFT trainer in bf16 mixed precision vs fp32, on this machine's device.
+
+Why: ``sft.bf16: auto`` (and ``rl.*.bf16``) turns bf16 autocast on where the hardware multiplies bf16
+natively — a CUDA GPU, or a CPU with AVX512-BF16 / AMX (``pipelines.train.sft.cpu_has_native_bf16``).
+This measures what that buys, as a RATIO against fp32 measured in the same process, the two runs in
+turn (the machines are noisy: absolute timings move with the load, ratios much less), and how far
+the losses of the same steps move.
+
+    .venv/bin/python bench/sft_precision.py                 # 8 conversations, 2048 tokens, 1 + 3 steps x 2 rounds
+    .venv/bin/python bench/sft_precision.py --steps 4 --rounds 3
+
+Everything else is bench/sft.py's: the same SmolLM2 subject (tokenizer with the think tokens, LoRA as
+``train_sft`` builds it), the same ``SFTConfig`` and data order, the weighted trainer
+(``ThinkWeightedSFTTrainer``) in both runs, a fresh copy of the model per run, one untimed warm-up
+step. Target (PASS/MISS, never asserted): bf16 at least 1.3x faster than fp32 where ``auto`` picks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from datetime import UTC, datetime
+from typing import Any
+
+from _common import RESULTS_DIR, args_record, load_average, machine_info, setup_logging, verdict, write_results
+
+import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
+import torch
+
+TARGET_SPEEDUP = 1.3
+RUNS = ("bf16", "fp32")
+
+
+def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """bf16 and fp32 in turn, ``--rounds`` each; the speed-up per round (fp32 s/step / bf16 s/step)."""
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in RUNS}
+    for round_index in range(args.rounds):
+        for kind in RUNS:
+            args.bf16 = "true" if kind == "bf16" else "false"
+            run = sft_bench.train_once(subject, "weighted", args, device)
+            runs[kind].append(run)
+            sft_bench.log.info("round %d %s: %.2f s/step, %.0f tokens/s, losses %s", round_index + 1, kind,
+                               run["s_per_step"], run["tokens_per_s"] or 0, run["losses"])
+    speedups = [f["s_per_step"] / b["s_per_step"] for b, f in zip(runs["bf16"], runs["fp32"], strict=True)]
+    loss_gaps = [abs(b - f) / max(abs(f), 1e-9) for rb, rf in zip(runs["bf16"], runs["fp32"], strict=True)
+                 for b, f in zip(rb["losses"], rf["losses"], strict=False)]
+    return {
+        "summary": {k: {"s_per_step": round(statistics.median(r["s_per_step"] for r in runs[k]), 3),
+                        "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in runs[k]), 1)}
+                    for k in RUNS},
+        "speedups": [round(s, 3) for s in speedups],
+        "median_speedup": round(statistics.median(speedups), 3),
+        "max_relative_loss_gap": round(max(loss_gaps), 4) if loss_gaps else None,
+        "runs": runs,
+    }
+
+
+def render_table(results: dict[str, Any]) -> str:
+    a, m = results["args"], results["result"]
+    lines = [f"SFT step time, bf16 autocast vs fp32 (ThinkWeightedSFTTrainer, SmolLM2, LoRA r={a['lora_r']}), "
+             f"device {results['device']} (native bf16: {results['native_bf16']}), {results['torch_threads']} threads",
+             f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad accumulation "
+             f"{a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
+             f"runs alternated bf16/fp32 x {a['rounds']}", "",
+             f"{'run':<6} {'s/step':>8} {'tok/s':>8}", "-" * 24]
+    for kind in RUNS:
+        s = m["summary"][kind]
+        lines.append(f"{kind:<6} {s['s_per_step']:>8.2f} {s['tokens_per_s']:>8.1f}")
+    lines += ["", f"speed-up fp32/bf16 per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; "
+                  f"largest relative gap between the two runs' losses of the same step: "
+                  f"{m['max_relative_loss_gap']:.2%}",
+              f"  {verdict(m['median_speedup'] >= TARGET_SPEEDUP)}  bf16 >= {TARGET_SPEEDUP}x fp32   "
+              f"median {m['median_speedup']:.2f}x"]
+    load = results["load_average"]
+    lines.append(f"\n{results['machine']['cpu_cores']} CPU cores; load average at start {load['start'][0]}, "
+                 f"at end {load['end'][0]}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    defaults = {"--conversations": "8", "--max-length": "2048", "--steps": "3", "--rounds": "2"}
+    for flag, value in defaults.items():
+        if flag not in argv:
+            argv += [flag, value]
+    args = sft_bench.parse_args([*argv, "--models", "smollm2", "--out", str(RESULTS_DIR / "sft_precision.json")]
+                                if "--out" not in argv else [*argv, "--models", "smollm2"])
+    setup_logging(args.verbose, ("httpx", "urllib3", "filelock", "huggingface_hub", "datasets", "transformers",
+                                 "peft", "trl", "accelerate"))
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    from pipelines.train.sft import cpu_has_native_bf16
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    device = sft_bench.resolve_device(args.device)
+    started = time.perf_counter()
+    conversations = sft_bench.read_conversations(args.data, args.conversations)
+    results: dict[str, Any] = {
+        "benchmark": "sft_precision", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(), "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "native_bf16": bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16(),
+        "torch_threads": torch.get_num_threads(), "args": args_record(args),
+        "load_average": {"start": load_average()},
+    }
+    subject = sft_bench.Subject("smollm2", args.model, conversations, args.max_length, args)
+    results["result"] = run_pair(subject, args, device)
+    results["args"] = args_record(args)
+    results["load_average"]["end"] = load_average()
+    write_results(results, render_table(results), args.out, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
