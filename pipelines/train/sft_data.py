@@ -65,6 +65,28 @@ def _gpt(think: str, action: str, mode: str) -> str:
     return f"<think>{thought}</think>\n{action}" if mode != "no_think" else f"<think>\n\n</think>\n{action}"
 
 
+def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str) -> list[str]:
+    """The think text of each gpt turn of a template trajectory along a path of ``len(edges)`` hops:
+    the plan (where the question starts and how many hops away its answer is), then one line per hop
+    that says which hop of how many it is and what the last relation showed. Small models lose count
+    of the hops and the tool they just called when every turn reads alike (a 135M model answered
+    2-hop questions after one hop, and looped on node_info after entity_matcher, with the counter-free
+    text), so the counter is written out and each kind of turn starts differently."""
+    hops, start = len(edges), nodes[0]
+    unit = "hop" if hops == 1 else "hops"
+    thoughts = [f"The question starts from {start} and its answer is {hops} {unit} away. "
+                f"I look {start} up in the {domain} knowledge graph first.",
+                f"Found {start} in the graph. Hop 1 of {hops} starts here: its relations show where the question leads."]
+    for i in range(1, hops):
+        edge = edges[i - 1]
+        thoughts.append(f"Hop {i} of {hops}: {keyword_sentence(edge.src, edge.keywords, edge.dst)}. "
+                        f"Hop {i + 1} of {hops} continues from {nodes[i]}; I look at its relations next.")
+    last = edges[-1]
+    thoughts.append(f"Hop {hops} of {hops}: {keyword_sentence(last.src, last.keywords, last.dst)}. "
+                    f"That was the last hop, so the answer is {answer}.")
+    return thoughts
+
+
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
                           path_index: int = 0) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
@@ -84,32 +106,22 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
             return None
         return protocol.response_message(result.content)
 
+    hops = len(edges)
+    thoughts = path_thoughts(nodes, edges, domain, pair.answer)
     call = _call("entity_matcher", start, domain)
-    turns.append({"from": "gpt", "value": _gpt(
-        f"The question starts from {start}. I look it up in the {domain} knowledge graph first.",
-        f"<tool_call>{call}</tool_call>", mode)})
+    turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
     response = observe(call, start)
     if response is None:
         return None
     turns.append({"from": "observation", "value": response})
-    for i, node in enumerate(nodes[:-1]):
-        following = nodes[i + 1]
-        if i == 0:
-            think = f"{start} is in the graph. Its relations show where the question leads."
-        else:
-            before = edges[i - 1]
-            think = (f"{keyword_sentence(before.src, before.keywords, before.dst)}, so the question continues "
-                     f"from {node}. I look at its relations next.")
+    for i, node in enumerate(nodes[:hops]):
         call = _call("node_info", node, domain)
-        turns.append({"from": "gpt", "value": _gpt(think, f"<tool_call>{call}</tool_call>", mode)})
-        response = observe(call, following)
+        turns.append({"from": "gpt", "value": _gpt(thoughts[i + 1], f"<tool_call>{call}</tool_call>", mode)})
+        response = observe(call, nodes[i + 1])
         if response is None:
             return None
         turns.append({"from": "observation", "value": response})
-    last = edges[-1]
-    turns.append({"from": "gpt", "value": _gpt(
-        f"{keyword_sentence(last.src, last.keywords, last.dst)}. That answers the question: {pair.answer}.",
-        f"<answer>{pair.answer}</answer>", mode)})
+    turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
     return SFTConversation(id=f"{pair.id}-t{path_index}", graph_type=domain, question=pair.question,
                            golden_answer=pair.answer, system=protocol.system_prompt(), tools=_tools_text(protocol),
                            conversations=turns, source="template", bucket=pair.bucket)
