@@ -10,8 +10,8 @@ from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
 from pipelines.eval.runner import load_split
 from pipelines.llm.scripted import ScriptedChatClient
-from pipelines.train.sft_data import (SFTConversation, build_sft_conversations, format_problems, omne_protocol,
-                                      read_sft_conversations, trajectory_conversation)
+from pipelines.train.sft_data import (TEMPLATE_VERSION, SFTConversation, build_sft_conversations, format_problems,
+                                      omne_protocol, read_sft_conversations, trajectory_conversation)
 from tests.test_eval import gold_policy
 
 
@@ -21,6 +21,7 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
     train = {p.id: p for p in load_split(solar_qa, "train")}
     assert records and result.manifest.rows["conversations"] == len(records)
     assert result.manifest.metadata["format_problems"] == 0
+    assert result.manifest.params["template_version"] == TEMPLATE_VERSION  # a new template text rebuilds them
     for record in records:
         pair = train[record.id.rsplit("-t", 1)[0]]
         assert format_problems(record) == [] and record.golden_answer == pair.answer

@@ -34,6 +34,9 @@ from pipelines.qa.names import mentions
 from pipelines.qa.template import keyword_sentence
 
 RESPONSE = re.compile(r"^<tool_response>", re.S)
+# The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
+# written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
+TEMPLATE_VERSION = 2  # 2: the thinking counts the hops (path_thoughts)
 
 
 class SFTConversation(BaseModel):
@@ -216,7 +219,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         raise ArtifactMissingError(f"{dataset_dir}: the QA dataset is not built (run `omne qa build`)")
     inputs = {relative_path(dataset_dir / f, params.root): sha for f, sha in dataset.files.items()
               if f in ("train.jsonl", "gold_paths.jsonl")}
-    shaping = {**settings.model_dump(), "tools": params.section("tools"),
+    shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "teacher": getattr(teacher, "model", None)}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
