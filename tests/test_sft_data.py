@@ -33,32 +33,28 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
         for node, response in zip(pair.path[1:], observations[1:], strict=True):
             assert node in response  # node_info of the previous entity lists the next one
         assert '"name": "node_info"' in record.tools and "<tools>" in record.system
-        # the thinking counts the hops: the plan, then "Hop i of n" on each relation read, the last one answers
+        # the thinking: where the question starts, what each relation showed, then the answer
         thinks = [t["value"].split("</think>")[0].removeprefix("<think>") for t in turns if t["from"] == "gpt"]
-        hops = len(thinks) - 2
-        assert f"its answer is {hops} hop" in thinks[0] and thinks[1].startswith(f"Found {pair.path[0]} in the graph")
-        assert [t.split(":")[0] for t in thinks[2:]] == [f"Hop {i} of {hops}" for i in range(1, hops + 1)]
-        assert "That was the last hop, so the answer is " + pair.answer in thinks[-1]
+        assert thinks[0].startswith(f"The question starts from {pair.path[0]}.")
+        assert thinks[1].startswith(f"{pair.path[0]} is in the graph.")
+        assert thinks[-1].endswith(f"That answers the question: {pair.answer}.")
     assert build_sft_conversations(solar_qa, progress=False).skipped
 
 
-def test_path_thoughts_say_which_hop_and_start_each_kind_of_turn_differently() -> None:
+def test_path_thoughts_walk_the_path_relation_by_relation() -> None:
     from pipelines.qa.models import PathEdge
     from pipelines.train.sft_data import path_thoughts
 
     nodes = ["Shamal Darfur", "Sudan", "Khartoum"]
     edges = [PathEdge(src="Shamal Darfur", keywords="subdivision of", dst="Sudan"),
              PathEdge(src="Sudan", keywords="capital", dst="Khartoum")]
-    thoughts = path_thoughts(nodes, edges, "geography", "Khartoum")
-    assert thoughts == [
-        "The question starts from Shamal Darfur and its answer is 2 hops away. "
-        "I look Shamal Darfur up in the geography knowledge graph first.",
-        "Found Shamal Darfur in the graph. Hop 1 of 2 starts here: its relations show where the question leads.",
-        "Hop 1 of 2: Shamal Darfur is subdivision of Sudan. Hop 2 of 2 continues from Sudan; "
-        "I look at its relations next.",
-        'Hop 2 of 2: Sudan has a "capital" relation to Khartoum. That was the last hop, so the answer is Khartoum.']
+    assert path_thoughts(nodes, edges, "geography", "Khartoum") == [
+        "The question starts from Shamal Darfur. I look it up in the geography knowledge graph first.",
+        "Shamal Darfur is in the graph. Its relations show where the question leads.",
+        "Shamal Darfur is subdivision of Sudan, so the question continues from Sudan. I look at its relations next.",
+        'Sudan has a "capital" relation to Khartoum. That answers the question: Khartoum.']
     one = path_thoughts(nodes[:2], edges[:1], "geography", "Sudan")
-    assert "its answer is 1 hop away" in one[0] and one[-1].startswith("Hop 1 of 1: ") and len(one) == 3
+    assert len(one) == 3 and one[-1] == "Shamal Darfur is subdivision of Sudan. That answers the question: Sudan."
 
 
 def test_correct_rollouts_convert_and_wrong_ones_do_not(solar_qa: Params, toolbox) -> None:  # noqa: ANN001

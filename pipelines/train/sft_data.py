@@ -36,7 +36,7 @@ from pipelines.qa.template import keyword_sentence
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 2  # 2: the thinking counts the hops (path_thoughts)
+TEMPLATE_VERSION = 3  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better
 
 
 class SFTConversation(BaseModel):
@@ -69,24 +69,19 @@ def _gpt(think: str, action: str, mode: str) -> str:
 
 
 def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str) -> list[str]:
-    """The think text of each gpt turn of a template trajectory along a path of ``len(edges)`` hops:
-    the plan (where the question starts and how many hops away its answer is), then one line per hop
-    that says which hop of how many it is and what the last relation showed. Small models lose count
-    of the hops and the tool they just called when every turn reads alike (a 135M model answered
-    2-hop questions after one hop, and looped on node_info after entity_matcher, with the counter-free
-    text), so the counter is written out and each kind of turn starts differently."""
+    """The think text of each gpt turn of a template trajectory along a path of ``len(edges)`` hops: where
+    the question starts, then what each relation read showed and where the walk goes next, then the answer.
+    (A variant that also counted the hops, "Hop i of n", did worse with SmolLM2-135M: the model wrote
+    "2 hops" for every question and walked on past the answer; README, Stage 2 results.)"""
     hops, start = len(edges), nodes[0]
-    unit = "hop" if hops == 1 else "hops"
-    thoughts = [f"The question starts from {start} and its answer is {hops} {unit} away. "
-                f"I look {start} up in the {domain} knowledge graph first.",
-                f"Found {start} in the graph. Hop 1 of {hops} starts here: its relations show where the question leads."]
+    thoughts = [f"The question starts from {start}. I look it up in the {domain} knowledge graph first.",
+                f"{start} is in the graph. Its relations show where the question leads."]
     for i in range(1, hops):
         edge = edges[i - 1]
-        thoughts.append(f"Hop {i} of {hops}: {keyword_sentence(edge.src, edge.keywords, edge.dst)}. "
-                        f"Hop {i + 1} of {hops} continues from {nodes[i]}; I look at its relations next.")
+        thoughts.append(f"{keyword_sentence(edge.src, edge.keywords, edge.dst)}, so the question continues "
+                        f"from {nodes[i]}. I look at its relations next.")
     last = edges[-1]
-    thoughts.append(f"Hop {hops} of {hops}: {keyword_sentence(last.src, last.keywords, last.dst)}. "
-                    f"That was the last hop, so the answer is {answer}.")
+    thoughts.append(f"{keyword_sentence(last.src, last.keywords, last.dst)}. That answers the question: {answer}.")
     return thoughts
 
 
