@@ -135,7 +135,9 @@ def sft_config(output_dir: Path, max_length: int, args: argparse.Namespace, devi
     every step and no activation checkpointing (as params.yaml), no progress bar."""
     from trl import SFTConfig
 
-    bf16 = bool(device == "cuda" and torch.cuda.is_bf16_supported()) if args.bf16 == "auto" else args.bf16 == "true"
+    from pipelines.train.sft import use_bf16
+
+    bf16 = use_bf16("auto" if args.bf16 == "auto" else args.bf16 == "true", cuda=device == "cuda")
     return SFTConfig(
         output_dir=str(output_dir), seed=args.seed, data_seed=args.seed,
         max_steps=args.warmup_steps + args.steps,
@@ -433,7 +435,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="auto: CUDA when available, else CPU")
     parser.add_argument("--bf16", choices=["auto", "true", "false"], default="auto",
-                        help="auto: bf16 mixed precision on a CUDA GPU that supports it (as train_sft)")
+                        help="auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16 (as train_sft)")
     parser.add_argument("--activation-checkpointing", action="store_true",
                         help="recompute activations in backward (params.yaml sft.gradient_checkpointing: false; "
                              "TRL's SFTConfig would turn it on)")

@@ -83,12 +83,12 @@ def render_table(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    defaults = {"--conversations": "8", "--max-length": "2048", "--steps": "3", "--rounds": "2"}
+    defaults = {"--conversations": "8", "--max-length": "2048", "--steps": "3", "--rounds": "2",
+                "--out": str(RESULTS_DIR / "sft_precision.json")}
     for flag, value in defaults.items():
         if flag not in argv:
             argv += [flag, value]
-    args = sft_bench.parse_args([*argv, "--models", "smollm2", "--out", str(RESULTS_DIR / "sft_precision.json")]
-                                if "--out" not in argv else [*argv, "--models", "smollm2"])
+    args = sft_bench.parse_args([*argv, "--models", "smollm2"])
     setup_logging(args.verbose, ("httpx", "urllib3", "filelock", "huggingface_hub", "datasets", "transformers",
                                  "peft", "trl", "accelerate"))
     warnings.filterwarnings("ignore")
@@ -112,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     subject = sft_bench.Subject("smollm2", args.model, conversations, args.max_length, args)
     results["result"] = run_pair(subject, args, device)
-    results["args"] = args_record(args)
     results["load_average"]["end"] = load_average()
     write_results(results, render_table(results), args.out, started)
     return 0

@@ -234,7 +234,7 @@ def resolved_hyperparameters(params: SFTParams) -> dict[str, float]:
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX tiles), where autocast to bf16 makes
-    training ~1.8x faster (bench/sft_precision.py); elsewhere bf16 is emulated and slower than fp32."""
+    SFT steps ~1.3x faster (bench/sft_precision.py); elsewhere bf16 is emulated and slower than fp32."""
     import torch
 
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
