@@ -26,6 +26,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64, help="per round")
     parser.add_argument("--lr", type=float, default=1e-4, help="LoRA learning rate")
+    parser.add_argument("--distinct", type=int, default=None,
+                        help="distinct training questions, cycled (default: steps x questions, a new one every "
+                             "step); a few, seen again and again, show whether the policy can learn at all")
     parser.add_argument("--val", type=int, default=4, help="validation questions")
     parser.add_argument("--data-mix", choices=("1-2", "3+", "mixed"), default=None,
                         help="training questions by bucket (default: the stage's data_mix)")
@@ -39,7 +42,7 @@ def main() -> None:
     stage = getattr(params.rl, f"stage{args.stage}").model_copy(update={
         "max_steps": args.steps, "num_generations": args.generations, "questions_per_step": args.questions,
         "max_rounds": args.rounds, "max_new_tokens": args.new_tokens, "learning_rate": args.lr,
-        "val_questions": args.val, "eval_every": max(1, args.steps // 4), "max_questions": args.steps * args.questions,
+        "val_questions": args.val, "eval_every": max(1, args.steps // 4), "max_questions": args.distinct or args.steps * args.questions,
         **({"data_mix": args.data_mix} if args.data_mix else {})})
     params = params.model_copy(update={"rl": params.rl.model_copy(update={f"stage{args.stage}": stage})})
     start = time.perf_counter()

@@ -79,6 +79,18 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
     stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
     assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1
+    # the sweep point with the stage-2 model's own weight and steps is that model, not a retrain
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["sft"]["sweep_max_steps"] = None
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sft_manifest = (project / "artifacts" / "models" / "sft" / "manifest.json").read_text()
+    omne(project, "sft", "sweep", "--weight", "1.0", "--weight", "0.5")
+    sweep = json.loads((project / "artifacts" / "reports" / "think_sweep" / "sweep.json").read_text())
+    assert [(p["think_weight"], p["model"], p["report"], p["steps"]) for p in sweep] == [
+        (1.0, "artifacts/models/sft", "artifacts/reports/think-sweep-w1", 2),
+        (0.5, "artifacts/models/sft-w0.5", "artifacts/reports/think-sweep-w0.5", 2)]
+    assert (project / "artifacts" / "models" / "sft" / "manifest.json").read_text() == sft_manifest
+    assert not (project / "artifacts" / "models" / "sft-w1").exists()
 
 
 def test_profile_is_selectable_from_the_cli(project: Path) -> None:

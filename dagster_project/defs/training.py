@@ -48,8 +48,8 @@ def sft_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mater
                                           "loss_curve": dg.MetadataValue.path(str(result.folder / "loss_curve.png"))})
 
 
-@dg.asset(group_name="training", kinds={"pytorch", "png"}, deps=[sft_conversations, qa_dataset], pool=GPU_POOL,
-          op_tags=GPU_TAGS)
+@dg.asset(group_name="training", kinds={"pytorch", "png"}, deps=[sft_conversations, sft_model, qa_dataset],
+          pool=GPU_POOL, op_tags=GPU_TAGS)
 def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """Seed paper Table 5: one SFT model per think-loss weight, each evaluated; EM and loss against the weight."""
     from pipelines.lineage import read_manifest

@@ -2,7 +2,8 @@
 on the same test sample, so accuracy and training loss can be read against the weight.
 
 Writes artifacts/reports/think_sweep/ (sweep.json for `dvc metrics`/`dvc plots`, sweep.png, manifest.json);
-the models are artifacts/models/sft-w<weight>/ and their reports artifacts/reports/think-sweep-w<weight>/.
+the models are artifacts/models/sft-w<weight>/ (the stage-2 model artifacts/models/sft/ itself for the point
+with its weight and steps) and their reports artifacts/reports/think-sweep-w<weight>/.
 Every model and report is reused when its inputs are unchanged, so a killed sweep resumes where it stopped.
 """
 
@@ -46,6 +47,14 @@ def weight_label(weight: float) -> str:
     return f"{weight:g}"
 
 
+def sweep_model_name(params: Params, weight: float, steps: int) -> str:
+    """The model folder of one weight. The point that trains exactly the stage-2 model (params.sft's weight
+    and steps) is that model, reused rather than trained twice (~21 min on a CPU)."""
+    if weight == params.sft.think_weight and steps == params.sft.max_steps:
+        return "sft"
+    return f"sft-w{weight_label(weight)}"
+
+
 def run_think_sweep(params: Params, *, weights: list[float] | None = None, force: bool = False,
                     progress: bool = True) -> SweepResult:
     """Train and evaluate one model per weight (params.sft.sweep_weights), then write the sweep report."""
@@ -58,10 +67,9 @@ def run_think_sweep(params: Params, *, weights: list[float] | None = None, force
     points, manifests = [], []
     for weight in tqdm(weights or params.sft.sweep_weights, desc="think-weight sweep", unit="model",
                        disable=not progress):
-        label = weight_label(weight)
-        model = build_sft_model(params, name=f"sft-w{label}", think_weight=weight, max_steps=steps, force=force,
-                                progress=progress)
-        report = evaluate_cached(params, str(model.folder), name=f"think-sweep-w{label}", force=force)
+        model = build_sft_model(params, name=sweep_model_name(params, weight, steps), think_weight=weight,
+                                max_steps=steps, force=force, progress=progress)
+        report = evaluate_cached(params, str(model.folder), name=f"think-sweep-w{weight_label(weight)}", force=force)
         metrics = report.metrics
         points.append(SweepPoint(
             think_weight=weight, model=relative_path(model.folder, params.root),
