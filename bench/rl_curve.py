@@ -17,6 +17,17 @@ from pipelines.config import load_params
 from pipelines.train.rl import train_rl
 
 
+def reward_options(pairs: list[str]) -> dict[str, float]:
+    """``KEY=VALUE`` strings as numbers (RewardOptions validates the keys when the rewards are built)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--reward-option {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = float(value) if "." in value or "e" in value.lower() else int(value)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", type=int, choices=(1, 3), default=3)
@@ -29,6 +40,10 @@ def main() -> None:
     parser.add_argument("--distinct", type=int, default=None,
                         help="distinct training questions, cycled (default: steps x questions, a new one every "
                              "step); a few, seen again and again, show whether the policy can learn at all")
+    parser.add_argument("--rewards", nargs="+", default=None,
+                        help="reward names (default: the stage's rewards), e.g. omne_stage3 eog")
+    parser.add_argument("--reward-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a RewardOptions constant, repeatable, e.g. eog_path_start_step=0")
     parser.add_argument("--val", type=int, default=4, help="validation questions")
     parser.add_argument("--data-mix", choices=("1-2", "3+", "mixed"), default=None,
                         help="training questions by bucket (default: the stage's data_mix)")
@@ -39,11 +54,15 @@ def main() -> None:
     args = parser.parse_args()
 
     params = load_params()
-    stage = getattr(params.rl, f"stage{args.stage}").model_copy(update={
+    base = getattr(params.rl, f"stage{args.stage}")
+    stage = base.model_copy(update={
         "max_steps": args.steps, "num_generations": args.generations, "questions_per_step": args.questions,
         "max_rounds": args.rounds, "max_new_tokens": args.new_tokens, "learning_rate": args.lr,
         "val_questions": args.val, "eval_every": max(1, args.steps // 4), "max_questions": args.distinct or args.steps * args.questions,
-        **({"data_mix": args.data_mix} if args.data_mix else {})})
+        **({"data_mix": args.data_mix} if args.data_mix else {}),
+        **({"rewards": args.rewards, "reward_weights": None} if args.rewards else {}),
+        **({"reward_options": {**base.reward_options, **reward_options(args.reward_option)}}
+           if args.reward_option else {})})
     params = params.model_copy(update={"rl": params.rl.model_copy(update={f"stage{args.stage}": stage})})
     start = time.perf_counter()
     result = train_rl(params, args.stage, start=args.start, name=args.name or f"rl-stage{args.stage}-curve",
