@@ -133,6 +133,9 @@ class SFTDataParams(_Section):
     sources: list[Literal["template", "agent", "teacher"]] = ["template"]
     max_per_bucket: int | None = Field(None, ge=1)  # training pairs per bucket used (None: all)
     paths_per_pair: int = Field(1, ge=1)  # validated gold paths walked per pair (template source)
+    # share of template conversations whose question writes the start entity as a user might (lowercase, a
+    # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name
+    misspelled_start_fraction: float = Field(0.0, ge=0.0, le=1.0)
     mode: Literal["think", "no_think"] = "think"
     teacher_model: str = ""  # model name at the llm endpoint for the teacher source
     seed: int = 0

@@ -6,11 +6,13 @@ import pytest
 
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.eval.metrics import (  # _triple_alternatives: the readings behaviour() counts
+    OUTCOMES,
     _triple_alternatives,
     aggregate,
     answer_set,
     behaviour,
     efficiency,
+    episode_outcome,
     evaluate_trajectories,
     exact_match,
     exploration_scores,
@@ -243,6 +245,30 @@ def test_gold_triple_coverage_and_exploration_efficiency() -> None:
     assert b.retrieval_rate == pytest.approx(2 / 3)  # q3's gold (Paris) is in no response
     (only,) = [behaviour([explored], gold_paths={"q1": gold_path("q1")})]
     assert (only.gold_triple_coverage, only.exploration_efficiency) == (0.5, 0.5)
+
+
+def test_episode_outcomes_say_how_each_wrong_answer_went_wrong() -> None:
+    gold = gold_path("q")  # Mercury -> Sun -> Solar System; the answer is "Solar System"
+    opened = [call("entity_matcher", "Found 1", node_name="mercury", graph_type="geo"),
+              call("node_info", NODE_INFO, node_name="Mercury", graph_type="geo")]
+    retyped = [call("entity_matcher", "Found 1", node_name="Mercurry", graph_type="geo"),
+               call("node_info", "not found", ok=False, node_name="Mercurry", graph_type="geo")]
+    cases = {
+        "correct": traj(answer="Solar System", gold=["Solar System"], tool_calls=opened),
+        "stopped_on_path": traj(answer="sun", gold=["Solar System"], tool_calls=opened),  # a hop short
+        "misspelled_answer": traj(answer="Solar Sytem", gold=["Solar System"], tool_calls=opened),
+        "start_not_reached": traj(answer="Hermes", gold=["Solar System"], tool_calls=retyped),
+        "no_answer": traj(answer=None, gold=["Solar System"], tool_calls=opened),
+        "wrong_answer": traj(answer="Hermes", gold=["Solar System"], tool_calls=opened),
+    }
+    for expected, episode in cases.items():
+        assert episode_outcome(episode, gold) == expected, expected
+    assert list(OUTCOMES) == list(cases)
+    assert episode_outcome(cases["correct"], None) is None  # nothing to compare with
+    # without tools (a no-tool baseline) the start cannot be "not reached": a wrong answer is just wrong
+    assert episode_outcome(traj(answer="Hermes", gold=["Solar System"]), gold) == "wrong_answer"
+    b = behaviour(list(cases.values()) + [traj("other", answer="Paris")], gold_paths={"q1": gold})
+    assert b.outcomes == dict.fromkeys(OUTCOMES, 1)  # "other" has no gold paths: not counted
 
 
 def test_exploration_details() -> None:

@@ -41,6 +41,32 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
     assert build_sft_conversations(solar_qa, progress=False).skipped
 
 
+def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_qa: Params) -> None:
+    import re
+
+    build_sft_conversations(solar_qa, progress=False)
+    plain_ids = {r.id for r in read_sft_conversations(solar_qa)}
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"misspelled_start_fraction": 1.0})})
+    result = build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    train = {p.id: p for p in load_split(params, "train")}
+    misspelled = [r for r in records if r.id.endswith("-m")]
+    assert misspelled and result.manifest.rows["misspelled_start"] == len(misspelled)
+    for record in misspelled:
+        pair = train[record.id.rsplit("-t", 1)[0]]
+        start = pair.path[0]
+        calls = re.findall(r'(\w+)\(node_name="([^"]*)"', "".join(t["value"] for t in record.conversations
+                                                                if t["from"] == "gpt"))
+        (matcher, written), (tool, walked) = calls[0], calls[1]
+        assert matcher == "entity_matcher" and written != start and tool == "node_info" and walked == start
+        assert written in record.question and start not in record.question  # the question's spelling is looked up
+        assert record.question == pair.question.replace(start, written)
+        assert format_problems(record) == [] and start in record.conversations[2]["value"]  # the matcher shows it
+    # the same pairs as without misspellings: one whose start cannot be misspelled or found keeps its plain form
+    assert {r.id.removesuffix("-m") for r in records} == plain_ids
+
+
 def test_path_thoughts_walk_the_path_relation_by_relation() -> None:
     from pipelines.qa.models import PathEdge
     from pipelines.train.sft_data import path_thoughts

@@ -44,8 +44,8 @@ Triple = tuple[str, str, str]
 GroupKey = Literal["bucket", "hops", "domain"]
 
 __all__ = [
-    "QuestionScore", "Resolver", "Triple", "aggregate", "answer_set", "behaviour", "efficiency",
-    "evaluate_trajectories", "exact_match", "exploration_scores", "gold_triples", "group_scores",
+    "OUTCOMES", "QuestionScore", "Resolver", "Triple", "aggregate", "answer_set", "behaviour", "efficiency",
+    "episode_outcome", "evaluate_trajectories", "exact_match", "exploration_scores", "gold_triples", "group_scores",
     "hit_at_1", "hops_key", "normalise_answer", "normalised_em", "parse_triples", "repeats_summary",
     "score_trajectories", "set_f1", "triple_named",
 ]
@@ -515,6 +515,39 @@ def _retrieved(t: Trajectory) -> bool:
     return any(mentions(call.response, g) for call in t.tool_calls if call.ok for g in golds)
 
 
+OUTCOMES = ("correct", "stopped_on_path", "misspelled_answer", "start_not_reached", "no_answer", "wrong_answer")
+_MISSPELLED_RATIO = 0.8  # difflib similarity of a wrong answer to a gold answer above which it counts as retyped
+
+
+def episode_outcome(t: Trajectory, gold: GoldPath | None) -> str | None:
+    """How an episode ended, the first of ``OUTCOMES`` that holds: right; answered an entity of a
+    validated gold path short of its end (stopped early, e.g. the country of a "capital of the country"
+    question); a near miss of a gold answer's spelling; never called a tool successfully on a path's start
+    entity (a retyped or wrong start name); no answer; another wrong answer. None without validated paths
+    (nothing to compare with) — what stage-2 training needs to fix differs by outcome."""
+    paths = [p.nodes for p in (gold.paths if gold else []) if p.valid]
+    if not paths:
+        return None
+    if exact_match(t.answer, t.gold_answers):
+        return "correct"
+    answer = normalise_key(t.answer or "")
+    if answer and any(answer == normalise_key(node) for nodes in paths for node in nodes[:-1]):
+        return "stopped_on_path"
+    if answer and any(_similarity(answer, normalise_key(g)) >= _MISSPELLED_RATIO for g in t.gold_answers):
+        return "misspelled_answer"
+    starts = {normalise_key(nodes[0]) for nodes in paths}
+    named = {normalise_key(v) for c in t.tool_calls if c.ok for v in c.arguments.values() if isinstance(v, str)}
+    if t.tool_calls and not starts & named:
+        return "start_not_reached"
+    return "no_answer" if not answer else "wrong_answer"
+
+
+def _similarity(a: str, b: str) -> float:
+    from difflib import SequenceMatcher
+
+    return SequenceMatcher(None, a, b).ratio()
+
+
 def _tool_label(name: str | None) -> str:
     return name if name is not None else "invalid"
 
@@ -540,6 +573,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
     repeated = invalid = retrieved = 0
     coverage: list[float] = []
     efficiency_values: list[float] = []
+    outcomes: Counter[str] = Counter()
     for t in trajs:
         format_types.update(t.format_errors)
         names = [_tool_label(c.name) for c in t.tool_calls]
@@ -550,6 +584,8 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         repeated += _repeats(t)
         invalid += sum(1 for c in t.tool_calls if not c.ok)
         retrieved += _retrieved(t)
+        if gold_paths and (outcome := episode_outcome(t, gold_paths.get(t.qa_id))) is not None:
+            outcomes[outcome] += 1
         gold = gold_triples(gold_paths.get(t.qa_id)) if gold_paths else []
         if gold:
             seen = [alt for c in t.tool_calls if c.ok for alt in _triple_alternatives(c.response)]
@@ -572,6 +608,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         gold_triple_coverage=float(np.mean(coverage)) if coverage else 0.0,
         exploration_efficiency=float(np.mean(efficiency_values)) if efficiency_values else 0.0,
         exploration_episodes=len(coverage),
+        outcomes={k: outcomes[k] for k in OUTCOMES if outcomes[k]},
     )
 
 

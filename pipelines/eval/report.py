@@ -380,7 +380,7 @@ def _scores_table(metrics: EvalMetrics) -> str:
 def _behaviour_rows(metrics: EvalMetrics) -> list[tuple[str, str]]:
     b = metrics.behaviour
     rows = [(k.replace("_", " "), _fmt(getattr(b, k))) for k in BEHAVIOUR_SCALARS]
-    for key in ("format_error_types", "first_tool", "tool_sequences", "tool_calls_histogram", "finish"):
+    for key in ("outcomes", "format_error_types", "first_tool", "tool_sequences", "tool_calls_histogram", "finish"):
         counts: dict[str, int] = getattr(b, key)
         text = ", ".join(f"{name}: {count}" for name, count in
                          sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) if counts else "—"

@@ -19,6 +19,7 @@ value holds one ``<think>…</think>`` plus either one ``<tool_call>…</tool_ca
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import Any
 
@@ -85,10 +86,33 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str) 
     return thoughts
 
 
+def misspelled_name(name: str, rng: random.Random) -> str | None:
+    """``name`` written as a user (or a small model retyping it) might: lowercase, one letter dropped, doubled
+    or swapped with the next, or the last word of a 3+ word name left off. None when nothing changes."""
+    kinds = ["lowercase", "drop", "double", "swap"] + (["last_word"] if len(name.split()) >= 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "lowercase":
+        variant = name.lower()
+    elif kind == "last_word":
+        variant = name.rsplit(" ", 1)[0]
+    else:
+        letters = [i for i in range(1, len(name) - 1) if name[i].isalpha() and name[i + 1].isalpha()]
+        if not letters:
+            return None
+        i = rng.choice(letters)
+        variant = {"drop": name[:i] + name[i + 1:], "double": name[:i + 1] + name[i:],
+                   "swap": name[:i] + name[i + 1] + name[i] + name[i + 2:]}[kind]
+    return variant if variant != name else None
+
+
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
-                          path_index: int = 0) -> SFTConversation | None:
+                          path_index: int = 0, start_as: str | None = None) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
-    next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support."""
+    next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
+
+    ``start_as``: the question writes the start entity this way instead (e.g. misspelled); the model looks
+    that up with entity_matcher and walks on from the exact name the matcher shows (None when the question
+    does not name the start entity once, or the matcher does not show it)."""
     protocol = omne_protocol(mode)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
     if gold is not None and not valid:
@@ -96,7 +120,12 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     nodes = valid[path_index].nodes if valid else pair.path
     edges = valid[path_index].edges if valid else pair.path_edges
     domain, start = pair.domain, nodes[0]
-    turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(pair.question, domain)}]
+    question, query = pair.question, start
+    if start_as is not None:
+        if pair.question.count(start) != 1:
+            return None
+        question, query = pair.question.replace(start, start_as), start_as
+    turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(question, domain)}]
 
     def observe(call: str, must_show: str) -> str | None:
         result = tools.call(call, graph_type=domain)
@@ -106,7 +135,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
 
     hops = len(edges)
     thoughts = path_thoughts(nodes, edges, domain, pair.answer)
-    call = _call("entity_matcher", start, domain)
+    thoughts[0] = thoughts[0].replace(start, query, 1)
+    call = _call("entity_matcher", query, domain)
     turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
     response = observe(call, start)
     if response is None:
@@ -120,8 +150,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
             return None
         turns.append({"from": "observation", "value": response})
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
-    return SFTConversation(id=f"{pair.id}-t{path_index}", graph_type=domain, question=pair.question,
-                           golden_answer=pair.answer, system=protocol.system_prompt(), tools=_tools_text(protocol),
+    return SFTConversation(id=f"{pair.id}-t{path_index}" + ("-m" if start_as else ""), graph_type=domain,
+                           question=question, golden_answer=pair.answer, system=protocol.system_prompt(), tools=_tools_text(protocol),
                            conversations=turns, source="template", bucket=pair.bucket)
 
 
@@ -194,7 +224,6 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     ``teacher`` is a ChatClient for source (c); without one the teacher source is left out (and said so
     in the manifest). Rebuilt only when the QA dataset or the sft_data params change.
     """
-    import random
 
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
@@ -240,7 +269,15 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             gold = golds.get(pair.id)
             valid = [p for p in (gold.paths if gold else []) if p.valid][: settings.paths_per_pair] or [None]
             for index in range(len(valid)):
-                record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index)
+                record = None
+                rng = random.Random(f"{settings.seed}:{pair.id}:{index}")
+                if rng.random() < settings.misspelled_start_fraction:
+                    start = (valid[index].nodes if valid[index] else pair.path)[0]
+                    if (variant := misspelled_name(start, rng)) is not None:
+                        record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
+                                                       start_as=variant)
+                if record is None:
+                    record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index)
                 if record is None:
                     skipped += 1
                 else:
@@ -266,7 +303,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         write_jsonl(tmp / "conversations.jsonl", records)
         manifest = new_manifest(
             "sft_conversations", files=sha256_files([tmp / "conversations.jsonl"], tmp), inputs=inputs,
-            params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped},
+            params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped,
+                                 "misspelled_start": sum(r.id.endswith("-m") for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
                       "format_examples": dict(list(bad.items())[:5]), "teacher": teacher_stats},
         )
