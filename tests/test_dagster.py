@@ -113,6 +113,8 @@ def test_eval_report_asset_evaluates_a_model_from_run_config(project: Path, tmp_
     assert out["checks"]["eval_report.report_complete"]["passed"]
     meta = out["metadata"]["eval_report"]
     assert meta["model"].startswith("tiny-llama-") and "| all |" in meta["metrics_table"]
+    # how each episode ended, counted against the gold paths: one outcome per test question
+    assert sum(meta["outcomes"].values()) == out["checks"]["eval_report.report_complete"]["metadata"]["questions"]
     assert (Path(meta["path"]) / "report.html").is_file()
 
 

@@ -48,6 +48,7 @@ def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: Omn
                   "run": metrics.run, "model": metrics.model,
                   "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
                   "metrics_table": dg.MetadataValue.md("\n".join(rows)),
+                  "outcomes": dg.MetadataValue.json(metrics.behaviour.outcomes),
                   "metrics": dg.MetadataValue.path(str(result.folder / METRICS_FILE)),
                   "plot_accuracy_by_bucket": dg.MetadataValue.path(
                       str(result.folder / PLOTS_DIR / "accuracy_by_bucket.png")),

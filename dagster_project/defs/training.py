@@ -97,6 +97,7 @@ def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
         **manifest_metadata(folder=result.folder, manifest=read_manifest(result.folder)),
         "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
         "em_by_bucket": dg.MetadataValue.json(by_bucket),
+        "outcomes": dg.MetadataValue.json(metrics.behaviour.outcomes),
         "report": dg.MetadataValue.path(str(result.folder / "report.html"))})
 
 
