@@ -117,7 +117,8 @@ def metrics() -> EvalMetrics:
                             invalid_tool_calls_per_sample=0.25, first_tool={"entity_matcher": 1, "node_info": 2},
                             tool_sequences={"entity_matcher>node_info": 1, "node_info": 2},
                             tool_calls_histogram={"0": 1, "1": 2, "2": 1},
-                            finish={"answer": 3, "max_rounds": 1}, retrieval_rate=0.5),
+                            finish={"answer": 3, "max_rounds": 1}, retrieval_rate=0.5,
+                            outcomes={"correct": 2, "stopped_on_path": 1, "no_answer": 1}),
         repeats={"em": {"mean": 0.5, "sd": 0.05}},
     )
 
@@ -281,6 +282,8 @@ def test_report_html_in_headless_chromium(report: Path, tmp_path: Path) -> None:
             expect(page.locator('[data-testid="score-row"][data-key="3+"]')).to_contain_text("0.000")
             expect(page.get_by_test_id("efficiency-table")).to_contain_text("generated tokens / question")
             expect(page.get_by_test_id("behaviour-table")).to_contain_text("entity_matcher>node_info: 1")
+            expect(page.locator('[data-testid="behaviour-table"] tr[data-key="outcomes"]')).to_contain_text(
+                "correct: 2, no_answer: 1, stopped_on_path: 1")
             for name in PLOT_NAMES:
                 assert page.get_by_test_id(f"plot-{name}").evaluate("img => img.naturalWidth") > 100
 
