@@ -26,6 +26,7 @@ import re
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import combinations
 from typing import Literal
@@ -543,8 +544,6 @@ def episode_outcome(t: Trajectory, gold: GoldPath | None) -> str | None:
 
 
 def _similarity(a: str, b: str) -> float:
-    from difflib import SequenceMatcher
-
     return SequenceMatcher(None, a, b).ratio()
 
 
@@ -584,9 +583,10 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         repeated += _repeats(t)
         invalid += sum(1 for c in t.tool_calls if not c.ok)
         retrieved += _retrieved(t)
-        if gold_paths and (outcome := episode_outcome(t, gold_paths.get(t.qa_id))) is not None:
+        gold_path = gold_paths.get(t.qa_id) if gold_paths else None
+        if (outcome := episode_outcome(t, gold_path)) is not None:
             outcomes[outcome] += 1
-        gold = gold_triples(gold_paths.get(t.qa_id)) if gold_paths else []
+        gold = gold_triples(gold_path)
         if gold:
             seen = [alt for c in t.tool_calls if c.ok for alt in _triple_alternatives(c.response)]
             if kg_triples and t.qa_id in kg_triples:

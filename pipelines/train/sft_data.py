@@ -106,13 +106,14 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
 
 
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
-                          path_index: int = 0, start_as: str | None = None) -> SFTConversation | None:
+                          path_index: int = 0, misspell: random.Random | None = None) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
-    ``start_as``: the question writes the start entity this way instead (e.g. misspelled); the model looks
-    that up with entity_matcher and walks on from the exact name the matcher shows (None when the question
-    does not name the start entity once, or the matcher does not show it)."""
+    ``misspell``: the question writes the start entity as ``misspelled_name`` draws it with this generator;
+    the model looks that spelling up with entity_matcher and walks on from the exact name the matcher shows
+    (None when the name cannot be misspelled, the question does not name it once, or the matcher does not
+    show it)."""
     protocol = omne_protocol(mode)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
     if gold is not None and not valid:
@@ -121,8 +122,9 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     edges = valid[path_index].edges if valid else pair.path_edges
     domain, start = pair.domain, nodes[0]
     question, query = pair.question, start
-    if start_as is not None:
-        if pair.question.count(start) != 1:
+    start_as = misspelled_name(start, misspell) if misspell is not None else None
+    if misspell is not None:
+        if start_as is None or pair.question.count(start) != 1:
             return None
         question, query = pair.question.replace(start, start_as), start_as
     turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(question, domain)}]
@@ -151,8 +153,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         turns.append({"from": "observation", "value": response})
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
     return SFTConversation(id=f"{pair.id}-t{path_index}" + ("-m" if start_as else ""), graph_type=domain,
-                           question=question, golden_answer=pair.answer, system=protocol.system_prompt(), tools=_tools_text(protocol),
-                           conversations=turns, source="template", bucket=pair.bucket)
+                           question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
+                           tools=_tools_text(protocol), conversations=turns, source="template", bucket=pair.bucket)
 
 
 def trajectory_conversation(traj: Trajectory, *, source: str) -> SFTConversation | None:
@@ -224,7 +226,6 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     ``teacher`` is a ChatClient for source (c); without one the teacher source is left out (and said so
     in the manifest). Rebuilt only when the QA dataset or the sft_data params change.
     """
-
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
@@ -272,10 +273,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                 record = None
                 rng = random.Random(f"{settings.seed}:{pair.id}:{index}")
                 if rng.random() < settings.misspelled_start_fraction:
-                    start = (valid[index].nodes if valid[index] else pair.path)[0]
-                    if (variant := misspelled_name(start, rng)) is not None:
-                        record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
-                                                       start_as=variant)
+                    record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
+                                                   misspell=rng)
                 if record is None:
                     record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index)
                 if record is None:
