@@ -136,6 +136,10 @@ class SFTDataParams(_Section):
     # share of template conversations whose question writes the start entity as a user might (lowercase, a
     # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name
     misspelled_start_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    # the thinking between hops: "relations" names the relation read and the next entity; "remaining_question"
+    # says the relation as the KG describes it and what is left of the question (the nested question read one
+    # clause at a time)
+    thinking: Literal["relations", "remaining_question"] = "relations"
     mode: Literal["think", "no_think"] = "think"
     teacher_model: str = ""  # model name at the llm endpoint for the teacher source
     seed: int = 0

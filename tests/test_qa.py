@@ -23,7 +23,7 @@ from pipelines.qa.models import PathEdge, QAPair, Validation, qa_id
 from pipelines.qa.names import leaked_names, mentions
 from pipelines.qa.paths import RelationGraph, Step
 from pipelines.qa.seeds import ball_nodes, sample_seed_subgraphs
-from pipelines.qa.template import keyword_sentence, write_question
+from pipelines.qa.template import keyword_sentence, remaining_questions, write_question
 from pipelines.qa.validate import check_pair
 from tests.conftest import PROJECT_ROOT, make_project
 
@@ -101,6 +101,10 @@ def test_question_is_written_from_relation_descriptions(tmp_path: Path) -> None:
     assert write_question(graph, 1, [Step(0, False)]) == "Which city is the capital of United Arab Emirates?"
     assert write_question(graph, 0, [Step(0, True), Step(1, True)]) == \
         "The country that Abu Dhabi is the capital of uses which currency?"
+    # read one clause at a time: what is left to ask once the first relation is walked
+    two_hops = [Step(0, True), Step(1, True)]
+    assert remaining_questions(graph, 0, two_hops) == ["United Arab Emirates uses which currency?"]
+    assert remaining_questions(graph, 0, [Step(0, True)]) == []
     assert keyword_sentence("A", "in block", "B") == "A is in block B"
     assert keyword_sentence("A", "excludes", "B") == "A excludes B"
     assert keyword_sentence("A", "code also", "B") == 'A has a "code also" relation to B'

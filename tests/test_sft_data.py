@@ -9,7 +9,9 @@ from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
 from pipelines.eval.runner import load_split
+from pipelines.qa.names import mentions
 from pipelines.llm.scripted import ScriptedChatClient
+from pipelines.qa.models import PathEdge
 from pipelines.train.sft_data import (TEMPLATE_VERSION, SFTConversation, build_sft_conversations, format_problems,
                                       omne_protocol, read_sft_conversations, trajectory_conversation)
 from tests.test_eval import gold_policy
@@ -41,6 +43,32 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
     assert build_sft_conversations(solar_qa, progress=False).skipped
 
 
+def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar_qa: Params) -> None:
+    build_sft_conversations(solar_qa, progress=False)
+    plain = {r.id: r for r in read_sft_conversations(solar_qa)}
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"thinking": "remaining_question"})})
+    assert not build_sft_conversations(params, progress=False).skipped  # the thinking is part of the fingerprint
+    train = {p.id: p for p in load_split(params, "train")}
+    multi_hop = 0
+    for record in read_sft_conversations(params):
+        pair = train[record.id.rsplit("-t", 1)[0]]
+        thinks = [t["value"].split("</think>")[0].removeprefix("<think>") for t in record.conversations
+                  if t["from"] == "gpt"]
+        # after each hop but the last, what is left of the question: shorter each time, from the entity reached
+        left = [t.split("So the question becomes: ", 1)[1] for t in thinks[2:-1]]
+        assert len(left) == pair.hops - 1
+        assert all(mentions(q, node) for q, node in zip(left, pair.path[1:], strict=False))
+        assert all(len(a) > len(b) for a, b in zip([pair.question, *left], left, strict=False))
+        assert thinks[-1].endswith(f"That answers the question: {pair.answer}.")
+        # the same walk (calls and tool responses) as the plain conversation: only the thinking differs
+        actions = [t["value"].split("</think>")[-1] if t["from"] == "gpt" else t["value"] for t in record.conversations]
+        assert actions == [t["value"].split("</think>")[-1] if t["from"] == "gpt" else t["value"]
+                           for t in plain[record.id].conversations]
+        multi_hop += len(left) > 0
+    assert multi_hop > 0
+
+
 def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_qa: Params) -> None:
     import re
 
@@ -68,7 +96,6 @@ def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_q
 
 
 def test_path_thoughts_walk_the_path_relation_by_relation() -> None:
-    from pipelines.qa.models import PathEdge
     from pipelines.train.sft_data import path_thoughts
 
     nodes = ["Shamal Darfur", "Sudan", "Khartoum"]
@@ -81,6 +108,38 @@ def test_path_thoughts_walk_the_path_relation_by_relation() -> None:
         'Sudan has a "capital" relation to Khartoum. That answers the question: Khartoum.']
     one = path_thoughts(nodes[:2], edges[:1], "geography", "Sudan")
     assert len(one) == 3 and one[-1] == "Shamal Darfur is subdivision of Sudan. That answers the question: Sudan."
+
+
+def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> None:
+    import polars as pl
+
+    from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph
+    from pipelines.qa.paths import RelationGraph
+    from pipelines.train.sft_data import path_reading, path_thoughts
+
+    names = ["Abu Dhabi", "United Arab Emirates", "UAE Dirham", "Arabic"]
+    entities = pl.DataFrame({"id": [0, 1, 2, 3], "name": names, "key": [n.lower() for n in names],
+                             "type": ["city", "country", "currency", "language"], "description": [""] * 4,
+                             "source_ids": [[]] * 4}, schema=ENTITY_SCHEMA)
+    relations = pl.DataFrame({"src": [0, 1, 1], "dst": [1, 2, 3],
+                              "keywords": ["capital of", "uses currency", "language"],
+                              "description": ["Abu Dhabi is the capital of United Arab Emirates.",
+                                              "United Arab Emirates uses the UAE Dirham.",
+                                              "Arabic is a language of United Arab Emirates."],
+                              "weight": [1.0] * 3}, schema=RELATION_SCHEMA)
+    graph = RelationGraph(KnowledgeGraph(entities=entities, relations=relations, directed=True))
+    edges = [PathEdge(src="Abu Dhabi", keywords="capital of", dst="United Arab Emirates"),
+             PathEdge(src="United Arab Emirates", keywords="uses currency", dst="UAE Dirham")]
+    reading = path_reading(graph, names[:3], edges)
+    assert reading is not None
+    assert reading.sentences == ["Abu Dhabi is the capital of United Arab Emirates",
+                                 "United Arab Emirates uses the UAE Dirham"]
+    assert reading.remaining == ["United Arab Emirates uses which currency?"]
+    assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", reading)[2:] == [
+        "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: United Arab Emirates uses which "
+        "currency?",
+        "United Arab Emirates uses the UAE Dirham. That answers the question: UAE Dirham."]
+    assert path_reading(graph, ["Abu Dhabi", "Atlantis"], edges[:1]) is None  # not in the graph: plain thoughts
 
 
 def test_correct_rollouts_convert_and_wrong_ones_do_not(solar_qa: Params, toolbox) -> None:  # noqa: ANN001

@@ -5,13 +5,14 @@ body calls one library function (pipelines.train) and reports the artifact's man
 
 import dagster as dg
 
+from dagster_project.defs.kg import knowledge_graph
 from dagster_project.defs.metadata import data_version, manifest_metadata
 from dagster_project.defs.qa import qa_dataset
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
 from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
 
 
-@dg.asset(group_name="training", kinds={"jsonl"}, deps=[qa_dataset],
+@dg.asset(group_name="training", kinds={"jsonl"}, deps=[qa_dataset, knowledge_graph],
           check_specs=[dg.AssetCheckSpec("conversation_format", asset="sft_conversations", blocking=True,
                                          description="human/observation turns at even positions, gpt at odd; each gpt "
                                                      "turn one <think> and one tool call or answer; ends with the answer")])

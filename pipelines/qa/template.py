@@ -96,6 +96,14 @@ def write_question(graph: RelationGraph, start: int, steps: list[Step]) -> str:
     return ""
 
 
+def remaining_questions(graph: RelationGraph, start: int, steps: list[Step]) -> list[str]:
+    """What is left to ask after each hop but the last: the question this writer gives the rest of the path
+    from the entity reached. "The country that Abu Dhabi is the capital of uses which currency?" leaves
+    "United Arab Emirates uses which currency?" after one hop: a nested question read one clause at a time."""
+    nodes = graph.path_nodes(start, steps)
+    return [write_question(graph, nodes[k], steps[k:]) for k in range(1, len(steps))]
+
+
 def sample_template_path(graph: RelationGraph, seed: int, hops: int, allowed: set[int],
                          rng: np.random.Generator, tries: int = 20) -> list[Step] | None:
     """A walk of ``hops`` steps inside the seed subgraph whose relation chain has a unique answer."""

@@ -32,7 +32,9 @@ from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.names import mentions
-from pipelines.qa.template import keyword_sentence
+from pipelines.qa.paths import RelationGraph
+from pipelines.qa.template import keyword_sentence, relation_sentence, remaining_questions
+from pipelines.qa.validate import resolve_steps
 
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
@@ -69,20 +71,47 @@ def _gpt(think: str, action: str, mode: str) -> str:
     return f"<think>{thought}</think>\n{action}" if mode != "no_think" else f"<think>\n\n</think>\n{action}"
 
 
-def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str) -> list[str]:
+class PathReading(BaseModel):
+    """How a question reads along its path: each relation as the KG describes it ("Lead-182 decays to
+    Mercury-178 by alpha decay"), and what is left to ask after each hop but the last."""
+
+    sentences: list[str]
+    remaining: list[str]
+
+
+def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any]) -> PathReading | None:
+    """The reading of a gold path in its domain's graph; None when the graph does not hold the path."""
+    ids = [graph.entity_id(n) for n in nodes]
+    if any(i is None for i in ids):
+        return None
+    steps = resolve_steps(graph, ids, [e.keywords for e in edges])  # type: ignore[arg-type]
+    if steps is None:
+        return None
+    return PathReading(sentences=[relation_sentence(graph, step.relation) for step in steps],
+                       remaining=remaining_questions(graph, ids[0], steps))  # type: ignore[arg-type]
+
+
+def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
+                  reading: PathReading | None = None) -> list[str]:
     """The think text of each gpt turn of a template trajectory along a path of ``len(edges)`` hops: where
-    the question starts, then what each relation read showed and where the walk goes next, then the answer.
-    (A variant that also counted the hops, "Hop i of n", did worse with SmolLM2-135M: the model wrote
-    "2 hops" for every question and walked on past the answer; README, Stage 2 results.)"""
+    the question starts, then what each relation read showed and what is left of the question, then the answer.
+
+    With a ``reading`` (``sft_data.thinking: remaining_question``) each hop's thinking says the relation as the
+    KG describes it and what is left of the question, the nested question read one clause at a time, so that
+    where the walk is and when the next relation answers are written out; without one it names the relation
+    read and the next entity. (A variant that counted the hops, "Hop i of n", did worse with
+    SmolLM2-135M: the model wrote "2 hops" for every question and walked on past the answer; README, Stage 2.)"""
     hops, start = len(edges), nodes[0]
+    sentences = reading.sentences if reading else [keyword_sentence(e.src, e.keywords, e.dst) for e in edges]
     thoughts = [f"The question starts from {start}. I look it up in the {domain} knowledge graph first.",
                 f"{start} is in the graph. Its relations show where the question leads."]
     for i in range(1, hops):
-        edge = edges[i - 1]
-        thoughts.append(f"{keyword_sentence(edge.src, edge.keywords, edge.dst)}, so the question continues "
-                        f"from {nodes[i]}. I look at its relations next.")
-    last = edges[-1]
-    thoughts.append(f"{keyword_sentence(last.src, last.keywords, last.dst)}. That answers the question: {answer}.")
+        if reading:
+            thoughts.append(f"{sentences[i - 1]}. So the question becomes: {reading.remaining[i - 1]}")
+        else:
+            thoughts.append(f"{sentences[i - 1]}, so the question continues from {nodes[i]}. I look at its "
+                            f"relations next.")
+    thoughts.append(f"{sentences[-1]}. That answers the question: {answer}.")
     return thoughts
 
 
@@ -106,14 +135,16 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
 
 
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
-                          path_index: int = 0, misspell: random.Random | None = None) -> SFTConversation | None:
+                          path_index: int = 0, misspell: random.Random | None = None,
+                          graph: RelationGraph | None = None) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
     ``misspell``: the question writes the start entity as ``misspelled_name`` draws it with this generator;
     the model looks that spelling up with entity_matcher and walks on from the exact name the matcher shows
     (None when the name cannot be misspelled, the question does not name it once, or the matcher does not
-    show it)."""
+    show it). ``graph``: the domain's relation graph, for the thinking's reading of the path (``path_reading``).
+    """
     protocol = omne_protocol(mode)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
     if gold is not None and not valid:
@@ -136,7 +167,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         return protocol.response_message(result.content)
 
     hops = len(edges)
-    thoughts = path_thoughts(nodes, edges, domain, pair.answer)
+    reading = path_reading(graph, nodes, edges) if graph is not None else None
+    thoughts = path_thoughts(nodes, edges, domain, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
     call = _call("entity_matcher", query, domain)
     turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
@@ -224,13 +256,14 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     """artifacts/sft/conversations.jsonl (+ manifest): the configured sources over the train split.
 
     ``teacher`` is a ChatClient for source (c); without one the teacher source is left out (and said so
-    in the manifest). Rebuilt only when the QA dataset or the sft_data params change.
+    in the manifest). Rebuilt only when the QA dataset, its domains' KGs or the sft_data params change.
     """
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
     from pipelines.eval.runner import load_gold_paths, load_split
     from pipelines.kg.build import BuildResult, up_to_date
+    from pipelines.kg.store import kg_dir, read_kg
     from pipelines.lineage import new_manifest, read_manifest, relative_path, sha256_files, write_manifest
     from pipelines.qa.build import qa_dir, write_jsonl
 
@@ -244,11 +277,16 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         raise ArtifactMissingError(f"{dataset_dir}: the QA dataset is not built (run `omne qa build`)")
     inputs = {relative_path(dataset_dir / f, params.root): sha for f, sha in dataset.files.items()
               if f in ("train.jsonl", "gold_paths.jsonl")}
+    pairs = load_split(params, "train")
+    domains = sorted({p.domain for p in pairs})
+    for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)
+        if (kg := read_manifest(kg_dir(params.artifacts_dir, domain))) is not None:
+            inputs |= {relative_path(kg_dir(params.artifacts_dir, domain) / f, params.root): sha
+                       for f, sha in kg.files.items()}
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "teacher": getattr(teacher, "model", None)}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
-    pairs = load_split(params, "train")
     if settings.max_per_bucket is not None:
         rng = random.Random(settings.seed)
         chosen = []
@@ -258,9 +296,11 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             chosen += members[: settings.max_per_bucket]
         pairs = chosen
     golds = load_gold_paths(params)
-    toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
+    toolbox = KGToolbox(params, domains)
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
+    graphs = {d: RelationGraph(read_kg(kg_dir(params.artifacts_dir, d))) for d in domains
+              if settings.thinking == "remaining_question"}
     records: list[SFTConversation] = []
     skipped = 0
     if "template" in settings.sources:
@@ -274,9 +314,10 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                 rng = random.Random(f"{settings.seed}:{pair.id}:{index}")
                 if rng.random() < settings.misspelled_start_fraction:
                     record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
-                                                   misspell=rng)
+                                                   misspell=rng, graph=graphs.get(pair.domain))
                 if record is None:
-                    record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index)
+                    record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
+                                                   graph=graphs.get(pair.domain))
                 if record is None:
                     skipped += 1
                 else:
