@@ -139,7 +139,7 @@ class SFTDataParams(_Section):
     # the thinking between hops: "relations" names the relation read and the next entity; "remaining_question"
     # says the relation as the KG describes it and what is left of the question (the nested question read one
     # clause at a time)
-    thinking: Literal["relations", "remaining_question"] = "relations"
+    thinking: Literal["relations", "remaining_question"] = "remaining_question"
     mode: Literal["think", "no_think"] = "think"
     teacher_model: str = ""  # model name at the llm endpoint for the teacher source
     seed: int = 0

@@ -44,8 +44,9 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
 
 
 def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar_qa: Params) -> None:
-    build_sft_conversations(solar_qa, progress=False)
-    plain = {r.id: r for r in read_sft_conversations(solar_qa)}
+    relations = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "relations"})})
+    build_sft_conversations(relations, progress=False)
+    plain = {r.id: r for r in read_sft_conversations(relations)}
     params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
         update={"thinking": "remaining_question"})})
     assert not build_sft_conversations(params, progress=False).skipped  # the thinking is part of the fingerprint
@@ -66,6 +67,8 @@ def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar
         assert actions == [t["value"].split("</think>")[-1] if t["from"] == "gpt" else t["value"]
                            for t in plain[record.id].conversations]
         multi_hop += len(left) > 0
+        plain_thinks = [t["value"].split("</think>")[0] for t in plain[record.id].conversations if t["from"] == "gpt"]
+        assert all("So the question becomes" not in t for t in plain_thinks)
     assert multi_hop > 0
 
 

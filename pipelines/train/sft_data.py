@@ -40,6 +40,7 @@ RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
 TEMPLATE_VERSION = 3  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better
+# (sft_data.thinking, also in the fingerprint, picks 3's "relations" text or the "remaining_question" one)
 
 
 class SFTConversation(BaseModel):
