@@ -45,7 +45,9 @@ def qa_dir(artifacts: Path, kind: str, domain: str | None = None) -> Path:
     return artifacts / "qa" / kind / domain if domain else artifacts / "qa" / kind
 
 
-def _manifest_inputs(folder: Path, root: Path, what: str) -> dict[str, str]:
+def manifest_inputs(folder: Path, root: Path, what: str) -> dict[str, str]:
+    """The files of a built artifact's manifest as a consumer's inputs (path -> sha256); ``what`` names it
+    in the error when it is not built."""
     manifest = read_manifest(folder)
     if manifest is None:
         raise ArtifactMissingError(f"{folder}: {what} not built yet")
@@ -78,7 +80,7 @@ def read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
 def build_seed_subgraphs(domain: str, params: Params, *, force: bool = False) -> BuildResult:
     """Sample eligible seeds of a built KG and store their BFS balls (parquet + manifest)."""
     source, folder = kg_dir(params.artifacts_dir, domain), qa_dir(params.artifacts_dir, "seeds", domain)
-    inputs = _manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)")
+    inputs = manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)")
     shaping = {"seeds": params.section("seeds"), "seeds_per_domain": params.qa.seeds_per_domain,
                "random_seed": params.qa.random_seed}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
@@ -120,8 +122,8 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
     qa, llm = params.qa, params.llm
     generator = generator or qa.generator
     seeds_folder, folder = qa_dir(params.artifacts_dir, "seeds", domain), qa_dir(params.artifacts_dir, "pairs", domain)
-    inputs = {**_manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
-              **_manifest_inputs(seeds_folder, params.root, f"seed subgraphs of {domain!r} (run `omne qa seeds`)")}
+    inputs = {**manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
+              **manifest_inputs(seeds_folder, params.root, f"seed subgraphs of {domain!r} (run `omne qa seeds`)")}
     targets = {"1-2": qa.one_two_hop_per_domain, "3+": qa.three_plus_per_domain}
     if limit is not None:
         targets = {bucket: min(n, limit) for bucket, n in targets.items()}
@@ -173,8 +175,8 @@ def build_gold_paths(domain: str, params: Params, *, client: ChatClient | None =
     """Every simple start->answer path of each QA pair, verified by rules or the LLM."""
     qa = params.qa
     pairs_folder, folder = qa_dir(params.artifacts_dir, "pairs", domain), qa_dir(params.artifacts_dir, "gold", domain)
-    inputs = {**_manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
-              **_manifest_inputs(pairs_folder, params.root, f"QA pairs of {domain!r} (run `omne qa generate`)")}
+    inputs = {**manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
+              **manifest_inputs(pairs_folder, params.root, f"QA pairs of {domain!r} (run `omne qa generate`)")}
     shaping: dict[str, Any] = qa.model_dump(include={"gold_max_hops", "gold_max_paths", "gold_verify"})
     if qa.gold_verify == "llm":
         shaping["llm"] = params.llm.model_dump(include={"backend", "model", "max_tokens"})
@@ -224,9 +226,9 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
     folder = qa_dir(params.artifacts_dir, "dataset")
     inputs: dict[str, str] = {}
     for domain in domains:
-        inputs.update(_manifest_inputs(qa_dir(params.artifacts_dir, "pairs", domain), params.root,
+        inputs.update(manifest_inputs(qa_dir(params.artifacts_dir, "pairs", domain), params.root,
                                        f"QA pairs of {domain!r}"))
-        inputs.update(_manifest_inputs(qa_dir(params.artifacts_dir, "gold", domain), params.root,
+        inputs.update(manifest_inputs(qa_dir(params.artifacts_dir, "gold", domain), params.root,
                                        f"gold paths of {domain!r} (run `omne qa gold`)"))
     shaping = {"domains": domains, **params.qa.model_dump(include={"test_share", "val_share", "random_seed"})}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):

@@ -266,7 +266,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     from pipelines.kg.build import BuildResult, up_to_date
     from pipelines.kg.store import kg_dir, read_kg
     from pipelines.lineage import new_manifest, read_manifest, relative_path, sha256_files, write_manifest
-    from pipelines.qa.build import qa_dir, write_jsonl
+    from pipelines.qa.build import manifest_inputs, qa_dir, write_jsonl
 
     settings = params.sft_data
     folder = params.artifacts_dir / "sft" / "conversations"
@@ -281,9 +281,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     pairs = load_split(params, "train")
     domains = sorted({p.domain for p in pairs})
     for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)
-        if (kg := read_manifest(kg_dir(params.artifacts_dir, domain))) is not None:
-            inputs |= {relative_path(kg_dir(params.artifacts_dir, domain) / f, params.root): sha
-                       for f, sha in kg.files.items()}
+        inputs |= manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}")
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "teacher": getattr(teacher, "model", None)}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
@@ -300,8 +298,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     toolbox = KGToolbox(params, domains)
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
-    graphs = {d: RelationGraph(read_kg(kg_dir(params.artifacts_dir, d))) for d in domains
-              if settings.thinking == "remaining_question"}
+    graphs = ({d: RelationGraph(read_kg(kg_dir(params.artifacts_dir, d))) for d in domains}
+              if settings.thinking == "remaining_question" else {})
     records: list[SFTConversation] = []
     skipped = 0
     if "template" in settings.sources:
