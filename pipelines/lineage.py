@@ -174,6 +174,18 @@ class LineageReport(BaseModel):
         return list(seen)
 
 
+def manifest_inputs(folder: Path, root: Path, what: str, only: set[str] | None = None) -> dict[str, str]:
+    """The files of a built artifact's manifest as a consumer's inputs (path -> sha256), all or ``only`` those
+    named; ``what`` names the artifact and how to build it in the error when it is not built."""
+    from pipelines.kg.errors import ArtifactMissingError
+
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ArtifactMissingError(f"{folder}: not built yet: {what}")
+    return {relative_path(folder / name, root): sha for name, sha in manifest.files.items()
+            if only is None or name in only}
+
+
 def find_artifact(path: Path) -> Path:
     """The artifact folder owning ``path`` (a file or folder): the nearest one upwards with a manifest.json."""
     path = Path(path).absolute()

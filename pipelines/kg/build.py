@@ -17,14 +17,14 @@ from pipelines.atomic import atomic_directory
 from pipelines.config import Params
 from pipelines.domains import Domain
 from pipelines.kg.embed import Encoder
-from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+from pipelines.kg.errors import KGSourceError
 from pipelines.kg.graph import GraphStats, graph_stats
 from pipelines.kg.importers import import_source
 from pipelines.kg.index import (EntityIndex, entity_texts, index_dir, index_table, self_retrieval_recall,
                                 table_content_hash, write_index)
 from pipelines.kg.model import assemble_graph
 from pipelines.kg.store import kg_dir, read_kg, write_kg
-from pipelines.lineage import (Manifest, fingerprint, new_manifest, read_manifest, relative_path, sha256_files,
+from pipelines.lineage import (Manifest, fingerprint, manifest_inputs, new_manifest, read_manifest, sha256_files,
                                write_manifest)
 
 if TYPE_CHECKING:
@@ -107,10 +107,7 @@ def build_entity_index(domain: str, params: Params, *, force: bool = False,
                        encoder: Encoder | None = None) -> BuildResult:
     """Embed every entity of a built KG and write the LanceDB table + manifest."""
     source, folder = kg_dir(params.artifacts_dir, domain), index_dir(params.artifacts_dir, domain)
-    kg_manifest = read_manifest(source)
-    if kg_manifest is None:
-        raise ArtifactMissingError(f"{source}: knowledge graph of {domain!r} not built (run `omne kg build`)")
-    inputs = {relative_path(source / name, params.root): sha for name, sha in kg_manifest.files.items()}
+    inputs = manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)")
     shaping = {"profile": params.profile, **params.index.model_dump(include={"encoder", "text", "ann_min_rows"})}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         log.info("entity_index[%s] is up to date", domain)

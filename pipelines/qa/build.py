@@ -25,7 +25,8 @@ from pipelines.domains import load_registry
 from pipelines.kg.build import BuildResult, up_to_date
 from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import new_manifest, read_manifest, relative_path, sha256_files, write_manifest
+from pipelines.lineage import (manifest_inputs, new_manifest, read_manifest, relative_path, sha256_files,
+                               write_manifest)
 from pipelines.llm.base import ChatClient
 from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
 from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
@@ -43,15 +44,6 @@ DATASET_FILE, STATS_FILE = "qa.parquet", "stats.json"
 def qa_dir(artifacts: Path, kind: str, domain: str | None = None) -> Path:
     """artifacts/qa/{seeds,pairs,gold}/<domain>/ and artifacts/qa/dataset/."""
     return artifacts / "qa" / kind / domain if domain else artifacts / "qa" / kind
-
-
-def manifest_inputs(folder: Path, root: Path, what: str) -> dict[str, str]:
-    """The files of a built artifact's manifest as a consumer's inputs (path -> sha256); ``what`` names it
-    in the error when it is not built."""
-    manifest = read_manifest(folder)
-    if manifest is None:
-        raise ArtifactMissingError(f"{folder}: {what} not built yet")
-    return {relative_path(folder / name, root): sha for name, sha in manifest.files.items()}
 
 
 def write_jsonl(path: Path, records: Iterable[BaseModel]) -> int:

@@ -265,19 +265,14 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     from pipelines.eval.runner import load_gold_paths, load_split
     from pipelines.kg.build import BuildResult, up_to_date
     from pipelines.kg.store import kg_dir, read_kg
-    from pipelines.lineage import new_manifest, read_manifest, relative_path, sha256_files, write_manifest
-    from pipelines.qa.build import manifest_inputs, qa_dir, write_jsonl
+    from pipelines.lineage import manifest_inputs, new_manifest, sha256_files, write_manifest
+    from pipelines.qa.build import qa_dir, write_jsonl
 
     settings = params.sft_data
     folder = params.artifacts_dir / "sft" / "conversations"
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
-    dataset = read_manifest(dataset_dir)
-    if dataset is None:
-        from pipelines.kg.errors import ArtifactMissingError
-
-        raise ArtifactMissingError(f"{dataset_dir}: the QA dataset is not built (run `omne qa build`)")
-    inputs = {relative_path(dataset_dir / f, params.root): sha for f, sha in dataset.files.items()
-              if f in ("train.jsonl", "gold_paths.jsonl")}
+    inputs = manifest_inputs(dataset_dir, params.root, "the QA dataset (run `omne qa build`)",
+                             only={"train.jsonl", "gold_paths.jsonl"})
     pairs = load_split(params, "train")
     domains = sorted({p.domain for p in pairs})
     for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)

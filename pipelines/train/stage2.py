@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines.config import Params
-from pipelines.kg.errors import ArtifactMissingError
-from pipelines.lineage import read_manifest, relative_path
+from pipelines.lineage import manifest_inputs
 from pipelines.train.sft import SFTResult, train_sft
 from pipelines.train.sft_data import read_sft_conversations
 
@@ -26,11 +25,8 @@ def build_sft_model(params: Params, *, name: str = "sft", think_weight: float | 
     from pipelines.agent.models import BASE, resolve_model_folder
 
     conversations_dir = params.artifacts_dir / "sft" / "conversations"
-    manifest = read_manifest(conversations_dir)
-    if manifest is None:
-        raise ArtifactMissingError(f"{conversations_dir}: SFT conversations not built (run `omne sft data`)")
+    inputs = manifest_inputs(conversations_dir, params.root, "SFT conversations (run `omne sft data`)")
     overrides = {"think_weight": think_weight, "max_steps": max_steps}
     sft = params.sft.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    inputs = {relative_path(conversations_dir / f, params.root): sha for f, sha in manifest.files.items()}
     return train_sft(read_sft_conversations(params), resolve_model_folder(BASE, params),
                      sft_model_dir(params, name), sft, progress=progress, force=force, inputs=inputs)
