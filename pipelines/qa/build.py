@@ -25,8 +25,7 @@ from pipelines.domains import load_registry
 from pipelines.kg.build import BuildResult, up_to_date
 from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import (manifest_inputs, new_manifest, read_manifest, relative_path, sha256_files,
-                               write_manifest)
+from pipelines.lineage import manifest_inputs, new_manifest, read_manifest, sha256_files, write_manifest
 from pipelines.llm.base import ChatClient
 from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
 from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
@@ -219,9 +218,9 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
     inputs: dict[str, str] = {}
     for domain in domains:
         inputs.update(manifest_inputs(qa_dir(params.artifacts_dir, "pairs", domain), params.root,
-                                       f"QA pairs of {domain!r}"))
+                                      f"QA pairs of {domain!r}"))
         inputs.update(manifest_inputs(qa_dir(params.artifacts_dir, "gold", domain), params.root,
-                                       f"gold paths of {domain!r} (run `omne qa gold`)"))
+                                      f"gold paths of {domain!r} (run `omne qa gold`)"))
     shaping = {"domains": domains, **params.qa.model_dump(include={"test_share", "val_share", "random_seed"})}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return DatasetResult(domain=None, folder=folder, manifest=manifest, skipped=True,
