@@ -5,21 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 import httpx
 
 from pipelines.config import ConfigError, Params, load_params
-from pipelines.domains import Domain, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.domains import Domain, RegistryError, check_domain_name, load_registry
 from pipelines.kg.errors import ArtifactMissingError, KGSourceError
 from pipelines.llm.base import LLMError
+from pipelines.tables import print_eval_table, print_qa_stats
 
-if TYPE_CHECKING:
-    from pipelines.run import StageTimes
 
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir", "text": "text"}
 USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, LLMError, httpx.HTTPError)
@@ -90,18 +87,33 @@ def kg() -> None:
 @kg.command("build")
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to build (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild even when sources and params are unchanged.")
+@click.option("--strict", is_flag=True, help="Treat the KG checks' warnings (params `checks`) as errors.")
 @click.pass_context
-def kg_build(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
-    """Import each domain's source and write artifacts/kg/<domain>/ (parquet + manifest)."""
-    from pipelines.kg.build import build_knowledge_graph
+def kg_build(ctx: click.Context, names: tuple[str, ...], force: bool, strict: bool) -> None:
+    """Import each domain's source and write artifacts/kg/<domain>/ (parquet + manifest).
 
-    params = _params(ctx)
-    for domain in _selected(params, names):
-        result = build_knowledge_graph(domain, params, force=force)
-        rows = result.manifest.rows
-        state = "up to date" if result.skipped else "built"
-        click.echo(f"{domain.name}: {state}: {rows['entities']} entities, {rows['relations']} relations "
-                   f"-> {result.folder}")
+    A broken domain is reported (one line) and the others are built; the exit code is 2 if any failed.
+    """
+    from pipelines.kg.importing import DomainBuild, build_domains
+
+    failed: list[str] = []
+    for item in build_domains(_params(ctx), list(names) or None, force=force, strict=strict):
+        if not isinstance(item, DomainBuild):  # leftovers of killed runs, cleaned first
+            for line in item.lines():
+                click.echo(f"note: {line}", err=True)
+            continue
+        if item.rows:
+            state = "up to date" if item.skipped else "built"
+            click.echo(f"{item.domain}: {state}: {item.rows['entities']} entities, {item.rows['relations']} "
+                       f"relations -> {item.folder}")
+        for warning in item.warnings:
+            click.secho(f"warning: {item.domain}: {warning}", fg="yellow", err=True)
+        if not item.ok:
+            failed.append(item.domain)
+            click.secho(f"error: {item.domain}: {item.error}", fg="red", err=True)
+    if failed:
+        click.secho(f"error: {len(failed)} domain(s) failed: {', '.join(failed)}", fg="red", err=True)
+        sys.exit(2)
 
 
 @kg.command("index")
@@ -131,52 +143,40 @@ def kg_index(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
               help="Optional entity table (name, type, description) for a triples file.")
 @click.option("--description", default="", help="One line describing the domain.")
 @click.option("--replace", is_flag=True, help="Replace an existing domain of the same name.")
-@click.option("--no-build", is_flag=True, help="Only register the domain; do not build its KG and index.")
+@click.option("--no-build", is_flag=True, help="Only copy and register the domain; do not build its KG and index.")
+@click.option("--strict", is_flag=True, help="Treat the KG checks' warnings (params `checks`) as errors: roll back.")
 @click.pass_context
 def kg_import(ctx: click.Context, path: Path, name: str, fmt: str | None, entities: Path | None,
-              description: str, replace: bool, no_build: bool) -> None:
-    """Add a domain from a user's file: validate it, copy it to kg_assets/<name>/, register, build.
+              description: str, replace: bool, no_build: bool, strict: bool) -> None:
+    """Add a domain from a user's file: validate it, copy it to kg_assets/<name>/, build, register.
 
+    All or nothing: the domain is registered only once its files are copied and its KG and index are
+    built; an error, a failed check under --strict, or Ctrl-C leaves the project as it was.
     --format text takes a .txt/.md file or a folder of them; building extracts the KG with the LLM of
     params.yaml (llm:), as LightRAG does.
     """
-    from pipelines.kg.build import build_entity_index, build_knowledge_graph
-    from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
+    from pipelines.kg.importing import ImportRequest, import_domain
 
-    params = _params(ctx)
-    check_domain_name(name)
-    fmt = fmt or ("lightrag-dir" if path.is_dir() else "graphml" if path.suffix.lower() == ".graphml"
-                  else "text" if path.suffix.lower() in (".txt", ".md") else "triples")
-    if fmt == "lightrag-dir":  # the working directory's graph is all the KG needs
-        path, fmt = path / LIGHTRAG_GRAPHML, "graphml"
-    if entities and fmt != "triples":
+    if entities and (fmt or "triples") != "triples":
         raise click.UsageError("--entities only applies to --format triples")
-    if fmt == "text":  # extraction needs the LLM: check the files are readable text, extract when building
-        from pipelines.kg.extract import read_chunks
-
-        read_chunks(SourceSpec(kind="text", path=str(path.resolve())), Path("/"))
-    else:
-        import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
-                                 entities=str(entities.resolve()) if entities else None), Path("/"))
-    target = params.root / "kg_assets" / name
-    registry = load_registry(params.registry_path)
-    if name in registry.names and not replace:
-        raise RegistryError(f"domain {name!r} already exists (use --replace to overwrite it)")
-    target.mkdir(parents=True, exist_ok=True)
-    copies = [p if p.resolve() == (target / p.name).resolve()
-              else shutil.copytree(p, target / p.name, dirs_exist_ok=True) if p.is_dir()
-              else shutil.copy2(p, target / p.name)
-              for p in ([path] + ([entities] if entities else []))]
-    source = SourceSpec(kind=FORMATS[fmt], path=Path(copies[0]).relative_to(params.root).as_posix(),
-                        entities=Path(copies[1]).relative_to(params.root).as_posix() if entities else None)
-    domain = Domain(name=name, description=description, source=source)
-    add_domain(params.registry_path, domain, replace=replace)
-    click.echo(f"registered domain {name!r}: {source.kind} {source.path}")
-    if not no_build:
-        result = build_knowledge_graph(domain, params, force=True)
-        build_entity_index(name, params, force=True)
-        click.echo(f"built {name}: {result.manifest.rows['entities']} entities, "
-                   f"{result.manifest.rows['relations']} relations")
+    params = _params(ctx)
+    request = ImportRequest(path=path, name=check_domain_name(name), format=fmt, entities=entities,
+                            description=description, replace=replace, build=not no_build, strict=strict)
+    try:
+        result = import_domain(request, params)
+    except USER_ERRORS as exc:
+        notes = "; ".join(getattr(exc, "__notes__", []))
+        click.secho(f"error: {exc}" + (f" ({notes})" if notes else ""), fg="red", err=True)
+        sys.exit(2)
+    for line in result.leftovers.lines():
+        click.echo(f"note: {line}", err=True)
+    domain = result.domain
+    if result.rows:
+        click.echo(f"built {name}: {result.rows['entities']} entities, {result.rows['relations']} relations, "
+                   f"{result.vectors} vectors")
+    for warning in result.warnings:
+        click.secho(f"warning: {name}: {warning}", fg="yellow", err=True)
+    click.echo(f"registered domain {name!r}: {domain.source.kind} {domain.source.path}")
 
 
 @kg.command("stats")
@@ -363,27 +363,13 @@ def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
     for domain in with_pairs:
         build_gold_paths(domain, params)
     result = build_qa_dataset(params, with_pairs, force=force)
-    _print_qa_stats(result.stats)
+    print_qa_stats(result.stats)
     click.echo(f"{'up to date' if result.skipped else 'built'}: {result.manifest.rows['pairs']} pairs -> {result.folder}")
     if not no_checks:
-        _run_qa_checks(params)
+        from pipelines.run import print_check_outcomes, qa_dataset_checks
 
-
-def _print_qa_stats(stats: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="omne QA dataset")
-    for column in ("domain", "1/2-hop", "3+", "total", "train", "val", "test", "hops 1/2/3/4+", "words/q"):
-        table.add_column(column, justify="left" if column == "domain" else "right")
-    for domain, row in stats.get("domains", {}).items():
-        splits = {s: sum(n for k, n in row["splits"].items() if k.startswith(f"{s}/")) for s in ("train", "val", "test")}
-        hops = row["hops"]
-        hop_text = "/".join(str(hops.get(str(h), 0)) for h in (1, 2, 3)) + \
-            f"/{sum(n for h, n in hops.items() if int(h) >= 4)}"
-        table.add_row(domain, f"{row['1-2']:,}", f"{row['3+']:,}", f"{row['total']:,}", f"{splits['train']:,}",
-                      f"{splits['val']:,}", f"{splits['test']:,}", hop_text, f"{row['mean_question_words']:.1f}")
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+        if not print_check_outcomes(qa_dataset_checks(params)):
+            sys.exit(1)
 
 
 @qa.command("stats")
@@ -402,7 +388,7 @@ def qa_stats(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(stats, indent=2))
     else:
-        _print_qa_stats(stats)
+        print_qa_stats(stats)
 
 
 @cli.group()
@@ -492,14 +478,12 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 
     result = train_rl(_params(ctx), int(stage), start=start, name=name, force=force)
     meta = result.manifest.metadata
+    from pipelines.run import fmt_score
+
     click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {result.manifest.rows.get('steps')} "
-               f"steps, mean reward {_fmt(meta.get('reward_first_half_mean'))} (first half) -> "
-               f"{_fmt(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')} "
+               f"steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))} (first half) -> "
+               f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')} "
                f"-> {result.folder}")
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 @cli.command("eval")
@@ -527,10 +511,14 @@ def _fmt(value: float | None) -> str:
                                     "without --triples, a domain built before.")
 @click.option("--kgqa-hops", type=click.IntRange(0, 4), default=2, show_default=True,
               help="With --kgqa: the radius of each question's subgraph around its topic entities.")
+@click.option("--force", is_flag=True,
+              help="With --name: evaluate again even when that report was made from the same model, test data and "
+                   "params (by default it is reused, as `omne run`, Dagster and DVC reuse it).")
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, split: str | None, limit: int | None, protocol: str | None,
                  baseline: str | None, endpoint: str | None, tools_server: str | None, name: str | None,
-                 kgqa: Path | None, triples: Path | None, kgqa_domain: str | None, kgqa_hops: int) -> None:
+                 kgqa: Path | None, triples: Path | None, kgqa_domain: str | None, kgqa_hops: int,
+                 force: bool) -> None:
     """Evaluate a model (or a baseline) on a QA split: EM, F1, Hit@1 per bucket, hop and domain, efficiency
     and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json, predictions.jsonl, report.html).
 
@@ -539,7 +527,7 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
     2-hop subgraph around them.
     """
     from pipelines.agent.client import HttpToolClient
-    from pipelines.eval.runner import evaluate
+    from pipelines.eval.runner import evaluate, evaluate_cached
 
     if kgqa is None and (triples or kgqa_domain):
         raise click.UsageError("--triples and --kgqa-domain only apply with --kgqa")
@@ -552,9 +540,14 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
         raise click.UsageError("--kgqa needs --triples (the KG of the questions), or --kgqa-domain naming a built one")
     params = _params(ctx)
     tools = HttpToolClient(tools_server, os.environ.get("OMNE_TOOLS_TOKEN")) if tools_server else None
-    result = evaluate(params, model, split=split, limit=limit, protocol=protocol, baseline=baseline,
-                      endpoint=endpoint, tools=tools, name=name, kgqa=kgqa, triples=triples,
-                      kgqa_domain=kgqa_domain, kgqa_hops=kgqa_hops)
+    if name and kgqa is None and tools is None:  # a named report of a split: reused while current
+        options = {k: v for k, v in {"split": split, "limit": limit, "protocol": protocol, "baseline": baseline,
+                                     "endpoint": endpoint}.items() if v is not None}
+        result = evaluate_cached(params, model, name=name, force=force, **options)
+    else:
+        result = evaluate(params, model, split=split, limit=limit, protocol=protocol, baseline=baseline,
+                          endpoint=endpoint, tools=tools, name=name, kgqa=kgqa, triples=triples,
+                          kgqa_domain=kgqa_domain, kgqa_hops=kgqa_hops)
     print_eval_table([result.metrics])
     if result.kgqa:
         summary = result.kgqa
@@ -565,95 +558,35 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
     click.echo(f"report: {result.folder / 'report.html'}")
 
 
-def print_eval_table(runs: list) -> None:
-    """One row per run and group: EM, normalised EM, F1, Hit@1, tool calls and tokens per question."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="omne evaluation")
-    for column in ("run", "group", "n", "EM", "norm EM", "F1", "Hit@1", "answered", "calls/q", "gen tok/q"):
-        table.add_column(column, justify="left" if column in ("run", "group") else "right")
-    for metrics in runs:
-        groups = [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items())]
-        for label, scores in groups:
-            table.add_row(metrics.run, label, str(scores.n), f"{scores.em:.3f}", f"{scores.norm_em:.3f}",
-                          f"{scores.f1:.3f}", f"{scores.hit1:.3f}", f"{scores.answered:.2f}",
-                          f"{metrics.efficiency.kg_calls_per_sample:.2f}" if label == "all" else "",
-                          f"{metrics.efficiency.generated_tokens_mean:.0f}" if label == "all" else "")
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
-
-
 @cli.command()
 @click.option("--domain", "-d", "names", multiple=True, help="Domain to run (repeatable; default: all).")
 @click.option("--force", is_flag=True, help="Rebuild everything even when up to date.")
 @click.option("--skip-eval", is_flag=True, help="Stop after the QA dataset (no training, no evaluation).")
 @click.option("--skip-train", is_flag=True, help="Evaluate the base model only (no SFT, no RL stages).")
+@click.option("--no-record", is_flag=True,
+              help="Do not record what was built in the Dagster instance ($DAGSTER_HOME, else .dagster_home) and "
+                   "in dvc.lock (by default both learn it, so the UI shows it and `dvc repro` reuses it).")
 @click.pass_context
-def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool, skip_train: bool) -> None:
+def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool, skip_train: bool,
+        no_record: bool) -> None:
     """The main job: every domain's KG, entity index, seed subgraphs, QA pairs and gold paths, the merged
     QA dataset, the base model with tools evaluated on a sample of the test split, stage 2 (SFT
     conversations, the SFT model) evaluated on the same sample, then short RL stages 1 (from the base
     model) and 3 (from the SFT model), stage 3 evaluated too; prints a table per stage. Each step is
-    reused when its inputs are unchanged, so a rerun (or a resumed run) only does what is missing."""
-    from pipelines.run import StageTimes, print_domain_table, run_main_job, run_qa_dataset
+    reused when its inputs are unchanged, so a rerun (or a resumed run) only does what is missing.
+    What it built or found current is then recorded as Dagster materializations and in dvc.lock."""
+    from pipelines.config import find_params_file
+    from pipelines.run import QAChecksFailed, run_main_job
 
     params = _params(ctx)
     domains = _selected(params, names)
-    times = StageTimes()
-    rows = run_main_job(params, domains, force=force, times=times)
-    print_domain_table(rows)
-    with times.timed("QA dataset + checks"):
-        dataset = run_qa_dataset(params, domains, force=force)
-        _print_qa_stats(dataset.stats)
-        _run_qa_checks(params)
-    if not skip_eval:
-        from pipelines.eval.runner import evaluate_cached
-
-        with times.timed("evaluate base model"):
-            runs = [evaluate_cached(params, "base", name="base-tools", force=force)]
-        if not skip_train:
-            runs.append(_train_and_evaluate_sft(params, force=force, times=times))
-            runs.append(_train_rl_stages_and_evaluate(params, force=force, times=times))
-        print_eval_table([r.metrics for r in runs])
-        for result in runs:
-            click.echo(f"report: {result.folder / 'report.html'}")
-    times.print_table()
-    times.write(params.artifacts_dir / "reports" / "run_timings.json")
-
-
-def _train_and_evaluate_sft(params: Params, *, force: bool, times: StageTimes) -> Any:
-    """Stage 2 of make run: SFT conversations, the SFT model (params.sft), its evaluation on the same sample."""
-    from pipelines.eval.runner import evaluate_cached
-    from pipelines.train.sft_data import build_sft_conversations
-    from pipelines.train.stage2 import build_sft_model
-
-    with times.timed("SFT conversations"):
-        data = build_sft_conversations(params, force=force)
-    click.echo(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
-    with times.timed("SFT model"):
-        model = build_sft_model(params, force=force)
-    meta = model.manifest.metadata
-    click.echo(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
-               f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {model.folder}")
-    with times.timed("evaluate SFT model"):
-        return evaluate_cached(params, str(model.folder), name="sft-tools", force=force)
-
-
-def _train_rl_stages_and_evaluate(params: Params, *, force: bool, times: StageTimes) -> Any:
-    """Stages 1 and 3 of make run (a few steps each on the quick profile), then stage 3 evaluated."""
-    from pipelines.eval.runner import evaluate_cached
-    from pipelines.train.rl import train_rl
-
-    for stage in (1, 3):
-        with times.timed(f"RL stage {stage}"):
-            result = train_rl(params, stage, force=force)
-        meta = result.manifest.metadata
-        click.echo(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
-                   f"{result.manifest.rows.get('steps')} steps, mean reward {_fmt(meta.get('reward_first_half_mean'))}"
-                   f" -> {_fmt(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')} -> "
-                   f"{result.folder}")
-    with times.timed("evaluate RL stage 3"):
-        return evaluate_cached(params, str(result.folder), name="rl-stage3-tools", force=force)
+    params_file = Path(ctx.obj["params_path"]) if ctx.obj["params_path"] else find_params_file()
+    try:
+        run_main_job(params, domains, all_domains=not names, force=force, skip_eval=skip_eval,
+                     skip_train=skip_train, params_file=params_file, record=not no_record)
+    except QAChecksFailed as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(1)
 
 
 @cli.command("lineage")
@@ -679,20 +612,6 @@ def lineage_command(path: Path, as_json: bool, root: Path | None) -> None:
         if report.stale:
             click.secho(f"stale: {', '.join(report.stale_artifacts)}", fg="red", err=True)
     if report.stale:
-        sys.exit(1)
-
-
-def _run_qa_checks(params: Params) -> None:
-    """The QA dataset's blocking checks (Great Expectations suite, split leakage); exit 1 when one fails."""
-    from pipelines.qa.build import read_qa_dataset
-    from pipelines.qa.expectations import validate_qa_table
-
-    outcomes = validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path)
-    for outcome in outcomes:
-        click.echo(f"check {outcome.spec.name}: {'passed' if outcome.passed else 'FAILED'}")
-        if not outcome.passed:
-            click.echo(json.dumps(outcome.metadata, indent=2, default=str))
-    if not all(o.passed for o in outcomes):
         sys.exit(1)
 
 

@@ -7,6 +7,9 @@ must be a slug: anything else (``../x``, spaces, capitals) is refused before it 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -15,8 +18,12 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandle
                       model_serializer, model_validator)
 
 from pipelines.atomic import atomic_write_text
+from pipelines.crashsafe import LockBusyError, file_lock
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9_]+$")
+MAX_NAME_LENGTH = 64  # a folder name, a graph_type in every prompt and tool call: longer is a mistake
+REGISTRY_LOCK_TIMEOUT_S = 60.0
+STALE_TEMP_S = 60.0  # a registry temp file this old, found under the lock, is a killed writer's
 SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir", "text"]
 ExtractFormat = Literal["lightrag", "triples"]
 TEXT_SUFFIXES = (".txt", ".md")  # what a `text` source folder contributes (other files are ignored)
@@ -33,6 +40,9 @@ def check_domain_name(name: str) -> str:
         raise RegistryError(
             f"invalid domain name {name!r}: use lower-case letters, digits and '_' only "
             "(it becomes a folder name and the tools' graph_type)")
+    if len(name) > MAX_NAME_LENGTH:
+        raise RegistryError(f"invalid domain name '{name[:20]}...': {len(name)} characters, at most "
+                            f"{MAX_NAME_LENGTH} (it becomes a folder name and the tools' graph_type)")
     return name
 
 
@@ -173,14 +183,37 @@ def save_registry(path: Path, registry: Registry) -> None:
     atomic_write_text(path, header + body)
 
 
+@contextmanager
+def registry_lock(path: Path) -> Iterator[None]:
+    """Serialise read-modify-write of the registry file across processes.
+
+    The lock is on the registry's folder, not on the file: the file itself is replaced by every
+    write (atomic rename), so a lock on it would guard an inode nobody reads any more.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with file_lock(path.parent, timeout_s=REGISTRY_LOCK_TIMEOUT_S, what=f"{path} (domain registry)"):
+            for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a writer killed mid-write (atomic_write_text)
+                try:
+                    if time.time() - stale.stat().st_mtime > STALE_TEMP_S:
+                        stale.unlink(missing_ok=True)
+                except FileNotFoundError:  # an unlocked writer's, renamed meanwhile
+                    pass
+            yield
+    except LockBusyError as exc:
+        raise RegistryError(str(exc)) from None
+
+
 def add_domain(path: Path, domain: Domain, *, replace: bool = False) -> Registry:
-    """Add (or with ``replace`` update) a domain in the registry file."""
-    registry = load_registry(path) if path.exists() else Registry()
-    if domain.name in registry.names and not replace:
-        raise RegistryError(f"{path}: domain {domain.name!r} already exists (use --replace to overwrite it)")
-    if domain.name in registry.names:  # replace in place, keeping the file's order
-        updated = Registry(domains=[domain if d.name == domain.name else d for d in registry.domains])
-    else:
-        updated = Registry(domains=[*registry.domains, domain])
-    save_registry(path, updated)
+    """Add (or with ``replace`` update) a domain in the registry file, under the registry lock
+    (concurrent imports each land instead of overwriting one another's entry)."""
+    with registry_lock(path):
+        registry = load_registry(path) if path.exists() else Registry()
+        if domain.name in registry.names and not replace:
+            raise RegistryError(f"{path}: domain {domain.name!r} already exists (use --replace to overwrite it)")
+        if domain.name in registry.names:  # replace in place, keeping the file's order
+            updated = Registry(domains=[domain if d.name == domain.name else d for d in registry.domains])
+        else:
+            updated = Registry(domains=[*registry.domains, domain])
+        save_registry(path, updated)
     return updated

@@ -1,25 +1,38 @@
-"""The main job of `make run`: every domain's KG, entity index and QA pairs (template generator unless
-params say otherwise), the merged QA dataset, then per-domain summary tables."""
+"""The main job of `make run` (`omne run`): every domain's KG, entity index, seed subgraphs, QA pairs and
+gold paths, the merged QA dataset and its checks, the base model evaluated with tools, then stage 2 (SFT
+conversations, the SFT model, its evaluation) and short RL stages 1 and 3 (stage 3 evaluated).
+
+Every step is the same library build that the Dagster asset and the DVC stage of that name call, and is
+skipped when its manifest says it is up to date, so a rerun (or a resumed run) only does what is missing.
+At the end the job tells the project's other entry points what it built or found current (the
+`omne.recorders` entry points: Dagster's instance and DVC's lock file), so that neither rebuilds it.
+"""
 
 from __future__ import annotations
 
 import json
-import sys
+import logging
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any, Protocol
 
 from pydantic import BaseModel
-from rich.console import Console
-from rich.table import Table
 from tqdm.auto import tqdm
 
 from pipelines.config import Params
 from pipelines.domains import Domain
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from pipelines.kg.checks import CheckOutcome
 from pipelines.kg.graph import GraphStats
 from pipelines.qa.build import DatasetResult, build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+
+log = logging.getLogger(__name__)
+
+RECORDERS_GROUP = "omne.recorders"
 
 
 class DomainRow(BaseModel):
@@ -32,21 +45,65 @@ class DomainRow(BaseModel):
     seconds: float
 
 
+class BuiltArtifact(BaseModel):
+    """One artifact the job built or found up to date: its stage (the Dagster asset and DVC stage of the same
+    name), its domain partition, and its folder."""
+
+    stage: str
+    partition: str | None = None
+    folder: Path
+
+    @property
+    def dvc_stage(self) -> str:
+        """The stage's address in dvc.yaml (`foreach` stages are `<name>@<domain>`)."""
+        return f"{self.stage}@{self.partition}" if self.partition else self.stage
+
+
+class Recorder(Protocol):
+    """What an `omne.recorders` entry point is: told what a run made current, it records it where another
+    entry point looks (returns one line for the user)."""
+
+    def __call__(self, params: Params, params_file: Path | None, built: list[BuiltArtifact]) -> str: ...
+
+
+def _read_kib(field: str) -> int | None:
+    try:
+        match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's high-water mark of this process's RSS (Linux `clear_refs` 5), so that the next read
+    of VmHWM is the peak of the stage that follows only; False where the kernel does not allow it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 class StageTimes:
-    """Wall seconds per stage of one `omne run` (summed over domains), in the order the stages ran: where
-    the time of the main job goes, printed at its end and kept in artifacts/reports/run_timings.json."""
+    """Wall seconds and peak resident memory per stage of one `omne run` (summed / maxed over domains), in the
+    order the stages ran: printed at its end and kept in artifacts/reports/run_timings.json."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.peak_rss_mb: dict[str, float] = {}
         self.started = time.perf_counter()
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
+        resettable = _reset_peak_rss()
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+            peak_kib = _read_kib("VmHWM") if resettable else None
+            if peak_kib is not None:
+                self.peak_rss_mb[stage] = max(self.peak_rss_mb.get(stage, 0.0), peak_kib / 1024)
 
     def total(self) -> float:
         return time.perf_counter() - self.started
@@ -54,22 +111,20 @@ class StageTimes:
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"stages_s": {k: round(v, 2) for k, v in self.seconds.items()},
+                                    "peak_rss_mb": {k: round(v, 1) for k, v in self.peak_rss_mb.items()},
                                     "total_s": round(self.total(), 2)}, indent=2) + "\n", encoding="utf-8")
 
-    def print_table(self, console: Console | None = None) -> None:
-        total = self.total()
-        table = Table(title="omne run: wall time per stage")
-        for column in ("stage", "s", "share"):
-            table.add_column(column, justify="left" if column == "stage" else "right")
-        for stage, seconds in self.seconds.items():
-            table.add_row(stage, f"{seconds:.1f}", f"{seconds / total:.0%}" if total else "")
-        table.add_row("total", f"{total:.1f}", "100%")
-        (console or Console(width=None if sys.stdout.isatty() else 160)).print(table)
+
+class QAChecksFailed(RuntimeError):
+    """The QA dataset failed a blocking check: training on it would learn from broken data."""
 
 
-def run_main_job(params: Params, domains: list[Domain], *, force: bool = False,
-                 times: StageTimes | None = None) -> list[DomainRow]:
+def build_domain_artifacts(params: Params, domains: list[Domain], *, force: bool = False,
+                           times: StageTimes | None = None, built: list[BuiltArtifact] | None = None,
+                           ) -> list[DomainRow]:
+    """KG, entity index, seed subgraphs, QA pairs and gold paths of each domain, with one table row each."""
     times = times or StageTimes()
+    built = built if built is not None else []
     rows = []
     for domain in tqdm(domains, desc="domains", unit="domain"):
         start = time.perf_counter()
@@ -83,36 +138,139 @@ def run_main_job(params: Params, domains: list[Domain], *, force: bool = False,
             pairs = build_qa_pairs(domain.name, params, force=force)
         with times.timed("gold paths"):
             gold = build_gold_paths(domain.name, params, force=force)
-        qa_state = "cached" if seeds.skipped and pairs.skipped and gold.skipped else "built"
+        built += [BuiltArtifact(stage=stage, partition=domain.name, folder=result.folder)
+                  for stage, result in (("knowledge_graph", kg), ("entity_index", index), ("seed_subgraphs", seeds),
+                                        ("qa_pairs", pairs), ("gold_paths", gold))]
         rows.append(DomainRow(
             domain=domain.name,
             stats=GraphStats.model_validate(kg.manifest.metadata["stats"]),
             recall_at_1=index.manifest.metadata["self_retrieval"]["recall_at_1"],
             kg_state="cached" if kg.skipped else "built",
             index_state="cached" if index.skipped else "built",
-            qa_state=qa_state,
+            qa_state="cached" if seeds.skipped and pairs.skipped and gold.skipped else "built",
             seconds=round(time.perf_counter() - start, 2),
         ))
     return rows
 
 
-def run_qa_dataset(params: Params, domains: list[Domain], *, force: bool = False) -> DatasetResult:
-    return build_qa_dataset(params, [d.name for d in domains], force=force)
+def qa_dataset_checks(params: Params) -> list[CheckOutcome]:
+    """The QA dataset's blocking checks (the Great Expectations suite, split leakage), as its asset runs them."""
+    from pipelines.qa.build import read_qa_dataset
+    from pipelines.qa.expectations import validate_qa_table
+
+    return validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path)
 
 
-def print_domain_table(rows: list[DomainRow], console: Console | None = None) -> None:
-    if not rows:
-        return
-    stats = rows[0].stats
-    table = Table(title="omne knowledge graphs")
-    for column in ("domain", "entities", "relations", "components", "largest comp.", "mean degree",
-                   f"seeds d{stats.seed_depth} {stats.seed_min_nodes}-{stats.seed_max_nodes}",
-                   "described", "index R@1", "kg / index / qa", "s"):
-        table.add_column(column, justify="left" if column == "domain" else "right")
-    for row in rows:
-        s = row.stats
-        table.add_row(row.domain, f"{s.entities:,}", f"{s.relations:,}", f"{s.components:,}",
-                      f"{s.largest_component:,}", f"{s.mean_degree:.2f}", f"{s.eligible_seeds:,}",
-                      f"{s.described_share:.0%}", f"{row.recall_at_1:.3f}", f"{row.kg_state} / {row.index_state} / {row.qa_state}",
-                      f"{row.seconds:.1f}")
-    (console or Console(width=None if sys.stdout.isatty() else 160)).print(table)
+def print_check_outcomes(outcomes: list[CheckOutcome]) -> bool:
+    """One line per check (and the failing check's metadata); True when all passed."""
+    for outcome in outcomes:
+        print(f"check {outcome.spec.name}: {'passed' if outcome.passed else 'FAILED'}", flush=True)
+        if not outcome.passed:
+            print(json.dumps(outcome.metadata, indent=2, default=str), flush=True)
+    return all(o.passed for o in outcomes)
+
+
+def _evaluation(params: Params, model: str, name: str, stage: str, force: bool, times: StageTimes,
+                label: str, built: list[BuiltArtifact]) -> Any:
+    from pipelines.eval.runner import evaluate_cached
+
+    with times.timed(label):
+        result = evaluate_cached(params, model, name=name, force=force)
+    built.append(BuiltArtifact(stage=stage, folder=result.folder))
+    return result
+
+
+def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built: list[BuiltArtifact]) -> list[Any]:
+    """Stage 2 (SFT conversations, the SFT model, its evaluation), then RL stages 1 and 3 (a few steps each
+    on the quick profile) and stage 3's evaluation, on the same test sample as the base model's."""
+    from pipelines.train.rl import train_rl
+    from pipelines.train.sft_data import build_sft_conversations
+    from pipelines.train.stage2 import build_sft_model
+
+    with times.timed("SFT conversations"):
+        data = build_sft_conversations(params, force=force)
+    built.append(BuiltArtifact(stage="sft_conversations", folder=data.folder))
+    print(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
+    with times.timed("SFT model"):
+        model = build_sft_model(params, force=force)
+    built.append(BuiltArtifact(stage="sft_model", folder=model.folder))
+    meta = model.manifest.metadata
+    print(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
+          f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {model.folder}", flush=True)
+    runs = [_evaluation(params, str(model.folder), "sft-tools", "sft_eval_report", force, times,
+                        "evaluate SFT model", built)]
+    for stage in (1, 3):
+        with times.timed(f"RL stage {stage}"):
+            result = train_rl(params, stage, force=force)
+        built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
+        meta = result.manifest.metadata
+        print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
+              f"{result.manifest.rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))}"
+              f" -> {fmt_score(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')} -> "
+              f"{result.folder}", flush=True)
+    runs.append(_evaluation(params, str(result.folder), "rl-stage3-tools", "stage3_eval_report", force, times,
+                            "evaluate RL stage 3", built))
+    return runs
+
+
+def fmt_score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, force: bool = False,
+                 skip_eval: bool = False, skip_train: bool = False, params_file: Path | None = None,
+                 record: bool = True) -> StageTimes:
+    """The whole job, printing a table per stage; raises QAChecksFailed when the dataset fails a blocking check.
+
+    The cross-domain stages (dataset, training, evaluation) are recorded for the other entry points only when
+    every registered domain took part (``all_domains``): a dataset of some domains is not the one DVC and
+    Dagster describe.
+    """
+    from pipelines.tables import print_domain_table, print_eval_table, print_qa_stats, print_stage_table
+
+    times = StageTimes()
+    built: list[BuiltArtifact] = []
+    try:
+        print_domain_table(build_domain_artifacts(params, domains, force=force, times=times, built=built))
+        with times.timed("QA dataset + checks"):
+            dataset: DatasetResult = build_qa_dataset(params, [d.name for d in domains], force=force)
+            print_qa_stats(dataset.stats)
+            if not print_check_outcomes(qa_dataset_checks(params)):
+                raise QAChecksFailed("the QA dataset failed a blocking check (above); nothing was trained on it")
+        if all_domains:
+            built.append(BuiltArtifact(stage="qa_dataset", folder=dataset.folder))
+        if not skip_eval:
+            from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME
+
+            runs = [_evaluation(params, BASE_REPORT_MODEL, BASE_REPORT_NAME, "eval_report", force, times,
+                                "evaluate base model", built)]
+            if not skip_train:
+                runs += train_and_evaluate(params, force=force, times=times, built=built)
+            print_eval_table([r.metrics for r in runs])
+            for result in runs:
+                print(f"report: {result.folder / 'report.html'}")
+    finally:  # what finished is recorded even when a later stage fails or the run is interrupted
+        if record:
+            kept = built if all_domains else [b for b in built if b.partition is not None]
+            with times.timed("record (Dagster, DVC)"):
+                for line in record_builds(params, params_file, kept):
+                    print(line, flush=True)
+    print_stage_table(times)
+    times.write(params.artifacts_dir / "reports" / "run_timings.json")
+    return times
+
+
+def record_builds(params: Params, params_file: Path | None, built: list[BuiltArtifact]) -> list[str]:
+    """Hand what was built to every installed recorder (entry points of group `omne.recorders`); a recorder
+    that fails is reported, never fatal: the artifacts are complete whatever it says."""
+    if not built:
+        return []
+    lines = []
+    for entry in sorted(entry_points(group=RECORDERS_GROUP), key=lambda e: e.name):
+        try:
+            recorder: Recorder = entry.load()
+            lines.append(recorder(params, params_file, built))
+        except Exception as exc:  # noqa: BLE001 - recording is bookkeeping; the build itself succeeded
+            log.debug("recorder %s failed", entry.name, exc_info=True)
+            lines.append(f"record {entry.name}: skipped ({type(exc).__name__}: {exc})")
+    return [line for line in lines if line]

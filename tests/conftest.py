@@ -52,7 +52,8 @@ def params(project: Path) -> Params:
 
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for subprocesses: the venv's scripts first on PATH, offline model loading."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMNE_PARAMS", "OMNE_PROFILE")}
+    # DAGSTER_HOME (which make exports) is dropped: `omne run` records into the test project's own instance
+    env = {k: v for k, v in os.environ.items() if k not in ("OMNE_PARAMS", "OMNE_PROFILE", "DAGSTER_HOME")}
     return {**env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
 
 

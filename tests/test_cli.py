@@ -65,17 +65,30 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
     assert (project / "artifacts" / "kg" / "solar" / "entities.parquet").is_file()
     assert (project / "artifacts" / "index" / "solar" / "manifest.json").is_file()
-    assert "omne run: wall time per stage" in first
+    assert "omne run: wall time and peak memory per stage" in first
     timings = json.loads((project / "artifacts" / "reports" / "run_timings.json").read_text())
     assert list(timings["stages_s"]) == ["knowledge graphs", "entity indexes", "seed subgraphs", "QA pairs",
                                          "gold paths", "QA dataset + checks", "evaluate base model",
                                          "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 1",
-                                         "RL stage 3", "evaluate RL stage 3"]
+                                         "RL stage 3", "evaluate RL stage 3", "record (Dagster, DVC)"]
     assert timings["stages_s"]["SFT model"] > 0 and timings["total_s"] >= sum(timings["stages_s"].values())
+    # peak RSS per stage (the kernel's high-water mark, reset before each stage): training peaks above the KG build
+    assert set(timings["peak_rss_mb"]) == set(timings["stages_s"])
+    assert 100 < timings["peak_rss_mb"]["knowledge graphs"] < timings["peak_rss_mb"]["SFT model"] < 6 * 1024
+    # what the run built is in the project's Dagster instance: 13 assets, their manifests and their checks
+    assert "record dagster: 13 new materializations" in first and "record dvc: skipped (no DVC project here)" in first
+    recorded = _recorded_in_dagster(project / ".dagster_home")
+    assert recorded["knowledge_graph[solar]"]["rows_entities"] == 28 and recorded["sft_model"]["path"].endswith("sft")
+    assert set(recorded) - {"checks"} == {"knowledge_graph[solar]", "entity_index[solar]", "seed_subgraphs[solar]",
+                             "qa_pairs[solar]", "gold_paths[solar]", "qa_dataset", "eval_report", "sft_conversations",
+                             "sft_model", "sft_eval_report", "stage1_rl_model", "stage3_rl_model", "stage3_eval_report"}
+    assert recorded["checks"] == {"qa_dataset.split_leakage": True, "qa_dataset.qa_table_expectations": True,
+                                  "eval_report.report_complete": True, "sft_conversations.conversation_format": True}
     manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
     second = omne(project, "run").stdout
     assert "cached / cached / cached" in second and "sft model: up to date" in second
     assert "rl stage 3: up to date" in second
+    assert "record dagster: 0 new materializations" in second and "(13 already current)" in second
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
     stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
     assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1
@@ -91,6 +104,30 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
         (0.5, "artifacts/models/sft-w0.5", "artifacts/reports/think-sweep-w0.5", 2)]
     assert (project / "artifacts" / "models" / "sft" / "manifest.json").read_text() == sft_manifest
     assert not (project / "artifacts" / "models" / "sft-w1").exists()
+
+
+def _recorded_in_dagster(home: Path) -> dict:
+    """The latest materialization's metadata of every asset (partition) in the instance, and unpartitioned checks."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        recorded: dict = {}
+        for key in instance.get_asset_keys():
+            partitions = instance.get_materialized_partitions(key) or [None]
+            for partition in partitions:
+                records = instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1)
+                name = key.to_user_string() + (f"[{partition}]" if partition else "")
+                recorded[name] = {k: v.value for k, v in records.records[0].asset_materialization.metadata.items()}
+        checks = {}
+        for asset, names in {"qa_dataset": ("split_leakage", "qa_table_expectations"), "eval_report": ("report_complete",),
+                             "sft_conversations": ("conversation_format",)}.items():
+            for check in names:
+                history = instance.event_log_storage.get_asset_check_execution_history(
+                    dg.AssetCheckKey(dg.AssetKey(asset), check), limit=1)
+                checks[f"{asset}.{check}"] = bool(history) and history[0].event.dagster_event.event_specific_data.passed
+        recorded["checks"] = checks
+    return recorded
 
 
 def test_profile_is_selectable_from_the_cli(project: Path) -> None:
@@ -128,6 +165,17 @@ def test_import_graphml_registers_builds_and_reports(project: Path, tmp_path: Pa
     assert "FUMAGILLIN-B" in hits[0]
     again = omne(project, "kg", "import", str(source), "--name", "agriculture", check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_import_and_build_offer_strict_and_say_they_are_all_or_nothing(project: Path, tmp_path: Path) -> None:
+    assert "--strict" in omne(project, "kg", "build", "--help").stdout
+    help_text = omne(project, "kg", "import", "--help").stdout
+    assert "--strict" in help_text and "All or nothing" in help_text
+    broken = tmp_path / "broken.graphml"
+    broken.write_text("<graphml><graph><node id='a'></graph>", encoding="utf-8")
+    refused = omne(project, "kg", "import", str(broken), "--name", "broken", "--strict", check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1  # one line
+    assert sorted(p.name for p in (project / "kg_assets").iterdir()) == ["domains.yaml", "solar"]
 
 
 def test_import_triples_with_entities_file(project: Path, tmp_path: Path) -> None:

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import PROJECT_ROOT, cli_env, make_project
 from tests.model_support import build_tiny_llama, use_tiny_models
+
+
+MAIN_STAGES = ["knowledge_graph@solar", "entity_index@solar", "seed_subgraphs@solar", "qa_pairs@solar",
+               "gold_paths@solar", "qa_dataset", "eval_report", "sft_conversations", "sft_model", "sft_eval_report",
+               "stage1_rl_model", "stage3_rl_model", "stage3_eval_report"]
+
+
+def ran_stages(output: str) -> list[str]:
+    return re.findall(r"Running stage '([^']+)'", output)
 
 
 def run(cwd: Path, *args: str) -> str:
@@ -27,8 +41,9 @@ def repo(tmp_path: Path) -> Path:
     params = root / "params.yaml"
     use_tiny_models(params, build_tiny_llama(tmp_path / "tiny-llama"), qa={"test_share": 0.5})
     shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
+    shutil.copytree(PROJECT_ROOT / "sweeps", root / "sweeps")
     shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / ".gitignore").write_text("/artifacts/\n")
+    (root / ".gitignore").write_text("/artifacts/\n/.dagster_home/\n")
     run(root, "git", "init", "-q")
     run(root, "git", "config", "user.email", "test@example.com")
     run(root, "git", "config", "user.name", "test")
@@ -43,10 +58,9 @@ def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, t
     out = run(repo, "dvc", "repro")
     assert "knowledge_graph@solar" in out and "entity_index@solar" in out
     assert (repo / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
-    for stage in ("seed_subgraphs@solar", "qa_pairs@solar", "gold_paths@solar", "qa_dataset", "eval_report",
-                  "sft_conversations", "sft_model", "sft_eval_report", "think_sweep", "stage1_rl_model",
-                  "stage3_rl_model", "stage3_eval_report"):
-        assert f"Running stage '{stage}'" in out
+    assert ran_stages(out) == MAIN_STAGES  # the main pipeline is what `make run` builds, in dependency order
+    sweep_out = run(repo, "dvc", "repro", "sweeps/dvc.yaml")  # the sweep lives beside it, reusing its stages
+    assert ran_stages(sweep_out) == ["sweeps/dvc.yaml:think_sweep"]
     sweep = json.loads((repo / "artifacts" / "reports" / "think_sweep" / "sweep.json").read_text())
     assert [p["think_weight"] for p in sweep] == [1.0, 0.0] and all(p["steps"] == 1 for p in sweep)
     assert "sweep.json" in run(repo, "dvc", "plots", "show", "--json")
@@ -55,7 +69,7 @@ def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, t
     assert "check qa_table_expectations: passed" in out and "check split_leakage: passed" in out
     dataset = json.loads((repo / "artifacts" / "qa" / "dataset" / "manifest.json").read_text())
     assert dataset["rows"]["pairs"] > 0 and set(dataset["inputs"]) >= {"artifacts/qa/pairs/solar/qa_pairs.jsonl"}
-    again = run(repo, "dvc", "repro")
+    again = run(repo, "dvc", "repro", "sweeps/dvc.yaml", "dvc.yaml")
     assert "Running stage" not in again and "up to date" in again.lower()
 
     # the data stages rebuilt from scratch by the CLI, outside DVC, with the same params: byte-identical files
@@ -85,3 +99,65 @@ def test_exp_run_switches_the_profile(repo: Path) -> None:
     run(repo, "dvc", "exp", "run", "-S", "profile=paper", "knowledge_graph@solar")
     manifest = json.loads((repo / "artifacts" / "kg" / "solar" / "manifest.json").read_text())
     assert manifest["params"]["profile"] == "paper"
+
+
+def test_dvc_repro_after_omne_run_recomputes_nothing(repo: Path) -> None:
+    """`omne run` records what it built in dvc.lock: `dvc repro` then runs no stage, and a changed param reruns
+    exactly the stages downstream of it."""
+    out = run(repo, "omne", "run")
+    assert f"record dvc: {len(MAIN_STAGES)} stages in dvc.lock" in out
+    again = run(repo, "dvc", "repro")
+    assert ran_stages(again) == [] and "up to date" in again.lower()
+    assert "up to date" in run(repo, "dvc", "status", "dvc.yaml").lower()  # (the sweep, never built, is not)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["rl"]["stage3"]["learning_rate"] = params["rl"]["stage3"]["learning_rate"] * 2
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert ran_stages(run(repo, "dvc", "repro")) == ["stage3_rl_model", "stage3_eval_report"]
+
+
+def _artifact_folders(root: Path) -> list[Path]:
+    """Every artifact folder (one holding a manifest.json, or named like one) under artifacts/."""
+    return sorted({p.parent for p in (root / "artifacts").rglob("manifest.json")})
+
+
+def _assert_complete_or_absent(root: Path) -> None:
+    """What a killed run may leave: finished artifacts (their manifest lists files that exist with those hashes),
+    and temporary folders beside them (dot-names), never a half-written artifact under its real name."""
+    from pipelines.lineage import read_manifest, sha256_file
+
+    for folder in _artifact_folders(root):
+        if any(part.startswith(".") for part in folder.relative_to(root).parts):
+            continue  # a temporary folder of the killed write
+        manifest = read_manifest(folder)
+        assert manifest is not None, folder
+        for name, digest in manifest.files.items():
+            path = folder / name
+            assert path.exists(), f"{path} is missing"
+            if path.is_file():  # (a LanceDB table is a folder, hashed its own way)
+                assert sha256_file(path) == digest, f"{path} differs from its manifest"
+
+
+def test_kill_during_a_dvc_stage_then_repro_resumes(repo: Path) -> None:
+    """kill -9 of `dvc repro` in the middle of training: every artifact is complete or absent, the finished
+    stages are not redone, and a second `dvc repro` completes the pipeline."""
+    process = subprocess.Popen(["dvc", "repro"], cwd=repo, env=cli_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        seen.append(line)
+        if "Running stage 'sft_model'" in line:
+            break
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and process.poll() is None:  # let the training start writing
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert any("Running stage 'sft_conversations'" in line for line in seen), "".join(seen)[-2000:]
+    _assert_complete_or_absent(repo)
+    resumed = run(repo, "dvc", "repro")
+    ran = ran_stages(resumed)
+    assert "knowledge_graph@solar" not in ran and "qa_dataset" not in ran  # recorded in dvc.lock before the kill
+    assert ran[-1] == "stage3_eval_report" and "sft_model" in ran
+    _assert_complete_or_absent(repo)
+    assert "up to date" in run(repo, "dvc", "status", "dvc.yaml").lower()

@@ -483,7 +483,7 @@ def test_workdir_without_graphml(tmp_path: Path) -> None:
     raises_source_error(lambda: read_lightrag_workdir(tmp_path / "absent"), "absent", "not found")
 
 
-@pytest.mark.parametrize("name", ["../x", "Bad Name", "", "Solar", "a-b", "x/y", "solar\n"])
+@pytest.mark.parametrize("name", ["../x", "Bad Name", "", "Solar", "a-b", "x/y", "solar\n", "a" * 65, "b" * 300])
 def test_domain_name_must_be_a_slug(name: str) -> None:
     with pytest.raises(RegistryError, match="invalid domain name"):
         check_domain_name(name)
@@ -556,6 +556,34 @@ def test_non_numeric_weight_names_the_line(tmp_path: Path) -> None:
     raises_source_error(lambda: read_triples(path), str(path), "non-numeric weight", "t.csv:3 ('heavy')")
     path.write_text("head,relation,tail,weight\nA,r,B,2.5\nC,r,D,\n", encoding="utf-8")
     assert read_triples(path).relations["weight"].to_list() == [2.5, 1.0]
+
+
+def test_non_finite_weights_are_refused_in_every_format(tmp_path: Path) -> None:
+    """NaN/inf weights would be stored and poison every weighted sum: each format names the record."""
+    path = tmp_path / "t.csv"
+    path.write_text("head,relation,tail,weight\nA,r,B,2.5\nB,r,C,NaN\nC,r,D,-inf\n", encoding="utf-8")
+    raises_source_error(lambda: read_triples(path), str(path), "2 record(s) with a weight that is not finite",
+                        "t.csv:3 ('NaN')", "t.csv:4 ('-inf')")
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"head": "A", "relation": "r", "tail": "B", "weight": 1}\n'
+                     '{"head": "B", "relation": "r", "tail": "C", "weight": Infinity}\n', encoding="utf-8")
+    raises_source_error(lambda: read_triples(jsonl), str(jsonl), "not finite", "t.jsonl:2")
+    parquet = tmp_path / "t.parquet"
+    pl.DataFrame({"head": ["A", "B"], "relation": ["r", "r"], "tail": ["B", "C"],
+                  "weight": [1.0, float("nan")]}).write_parquet(parquet)
+    raises_source_error(lambda: read_triples(parquet), str(parquet), "not finite", "t.parquet:row 2")
+    graph = nx.Graph()
+    graph.add_edge("A", "B", weight=float("inf"))
+    graphml = tmp_path / "inf.graphml"
+    nx.write_graphml(graph, graphml)
+    raises_source_error(lambda: read_lightrag_graphml(graphml), str(graphml), "edge 'A'-'B'",
+                        "weight that is not finite")
+
+
+def test_overlong_domain_name_is_a_clear_error_not_an_os_error() -> None:
+    with pytest.raises(RegistryError, match=r"invalid domain name 'x{20}\.\.\.': 256 characters, at most 64"):
+        check_domain_name("x" * 256)
+    assert check_domain_name("y" * 64) == "y" * 64
 
 
 def test_undirected_reverse_duplicates_merge_into_the_first_orientation(tmp_path: Path) -> None:

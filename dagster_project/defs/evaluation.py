@@ -5,20 +5,23 @@ the op tags that dagster-k8s reads to request a GPU for the step's pod. The repo
 (hashes of the test split it read, the model, protocol and params) is the materialization's metadata.
 """
 
+import json
+from pathlib import Path
+
 import dagster as dg
 
 from dagster_project.defs.metadata import data_version, manifest_metadata
 from dagster_project.defs.qa import qa_dataset
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
-from pipelines.eval.report import METRICS_FILE, PLOTS_DIR
-from pipelines.eval.runner import evaluate
+from pipelines.eval.report import METRICS_FILE, PLOTS_DIR, PREDICTIONS_FILE
+from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME, evaluate, evaluate_cached
 from pipelines.lineage import read_manifest
 
 
 class EvalConfig(dg.Config):
     """Which model and protocol to evaluate (empty / 0: what params.yaml says)."""
 
-    model: str = "base"  # base, a local transformers folder or PEFT adapter folder
+    model: str = BASE_REPORT_MODEL  # base, a local transformers folder or PEFT adapter folder
     protocol: str = ""  # omne | kg_r1 | search
     baseline: str = ""  # direct | cot | tools | retrieval | graph
     split: str = ""
@@ -31,15 +34,19 @@ class EvalConfig(dg.Config):
 def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: OmneResource) -> dg.MaterializeResult:
     """EM / F1 / Hit@1 per bucket, hop and domain, efficiency and behaviour metrics, report.html."""
     params = omne.params()
-    result = evaluate(params, config.model, split=config.split or None, limit=config.limit or None,
-                      protocol=config.protocol or None, baseline=config.baseline or None, progress=False)
+    options = {k: v for k, v in {"split": config.split, "limit": config.limit, "protocol": config.protocol,
+                                 "baseline": config.baseline}.items() if v}
+    if config.model == BASE_REPORT_MODEL and not options:  # the report `omne run` and DVC's eval_report make
+        result = evaluate_cached(params, config.model, name=BASE_REPORT_NAME, progress=False)
+    else:
+        result = evaluate(params, config.model, progress=False, **options)
     metrics = result.metrics
     rows = ["| group | n | EM | F1 | Hit@1 |", "|---|---:|---:|---:|---:|"]
     for label, scores in [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items()),
                           *((f"hops {k}", v) for k, v in metrics.by_hops.items()),
                           *((f"domain {k}", v) for k, v in metrics.by_domain.items())]:
         rows.append(f"| {label} | {scores.n} | {scores.em:.3f} | {scores.f1:.3f} | {scores.hit1:.3f} |")
-    predicted = {t.qa_id for t in result.trajectories}
+    predicted = _predicted_questions(result.folder / PREDICTIONS_FILE)  # also when the report was reused
     complete = bool(predicted) and metrics.overall.n == len(predicted) and bool(metrics.by_bucket)
     manifest = read_manifest(result.folder)
     return dg.MaterializeResult(
@@ -56,3 +63,11 @@ def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: Omn
         check_results=[dg.AssetCheckResult(check_name="report_complete", passed=complete,
                                            metadata={"questions": len(predicted), "scored": metrics.overall.n})],
     )
+
+
+def _predicted_questions(path: Path) -> set[str]:
+    """The question ids that have a prediction in the report's predictions.jsonl."""
+    if not path.is_file():
+        return set()
+    with path.open(encoding="utf-8") as lines:
+        return {json.loads(line)["qa_id"] for line in lines if line.strip()}

@@ -49,10 +49,13 @@ def manifest_metadata(result: Artifact | None = None, *, folder: Path | None = N
 
 
 def data_version(manifest: Manifest | None) -> dg.DataVersion | None:
-    """The artifact's content hash (over its files' sha256) as Dagster data version."""
-    if manifest is None or not manifest.files:
+    """The artifact's content hash (over its files' sha256) as Dagster data version; for an artifact whose
+    manifest lists no files (an RL policy folder), its inputs, params and creation time, which change exactly
+    when it is rebuilt."""
+    if manifest is None:
         return None
-    blob = json.dumps(manifest.files, sort_keys=True)
+    identity = manifest.files or {"inputs": manifest.input_fingerprint, "created_at": manifest.created_at.isoformat()}
+    blob = json.dumps(identity, sort_keys=True)
     return dg.DataVersion(hashlib.sha256(blob.encode()).hexdigest()[:24])
 
 

@@ -24,6 +24,7 @@ def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> 
     bad = {r.id: p for r in records if (p := format_problems(r))}
     stats = result.manifest.metadata["stats"]
     return dg.MaterializeResult(
+        data_version=data_version(result.manifest),
         metadata={**manifest_metadata(result), "by_source": dg.MetadataValue.json(stats["by_source"]),
                   "by_bucket": dg.MetadataValue.json(stats["by_bucket"]), "tool_calls_mean": stats["tool_calls_mean"]},
         check_results=[dg.AssetCheckResult(check_name="conversation_format", passed=bool(records) and not bad,
@@ -60,8 +61,9 @@ def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) ->
     table = ["| think weight | final loss | EM | F1 |", "|---:|---:|---:|---:|"]
     table += [f"| {p.think_weight:g} | {p.final_loss if p.final_loss is not None else '-'} | {p.em:.3f} | {p.f1:.3f} |"
               for p in result.points]
-    return dg.MaterializeResult(metadata={
-        **manifest_metadata(folder=result.folder, manifest=read_manifest(result.folder)),
+    manifest = read_manifest(result.folder)
+    return dg.MaterializeResult(data_version=data_version(manifest), metadata={
+        **manifest_metadata(folder=result.folder, manifest=manifest),
         "sweep": dg.MetadataValue.md("\n".join(table)),
         "plot": dg.MetadataValue.path(str(result.folder / "sweep.png"))})
 
@@ -72,7 +74,7 @@ def stage1_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
     from pipelines.train.rl import train_rl
 
     result = train_rl(omne.params(), 1, progress=False)
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(data_version=data_version(result.manifest), metadata={
         **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
 
 
@@ -83,7 +85,7 @@ def stage3_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
     from pipelines.train.rl import train_rl
 
     result = train_rl(omne.params(), 3, progress=False)
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(data_version=data_version(result.manifest), metadata={
         **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
 
 
@@ -94,8 +96,9 @@ def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
     result = evaluate_cached(params, model, name=name)
     metrics = result.metrics
     by_bucket = {bucket: round(scores.em, 4) for bucket, scores in metrics.by_bucket.items()}
-    return dg.MaterializeResult(metadata={
-        **manifest_metadata(folder=result.folder, manifest=read_manifest(result.folder)),
+    manifest = read_manifest(result.folder)
+    return dg.MaterializeResult(data_version=data_version(manifest), metadata={
+        **manifest_metadata(folder=result.folder, manifest=manifest),
         "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
         "em_by_bucket": dg.MetadataValue.json(by_bucket),
         "outcomes": dg.MetadataValue.json(metrics.behaviour.outcomes),

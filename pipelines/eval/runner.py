@@ -152,6 +152,10 @@ def entity_resolver(toolbox: KGToolbox | None) -> Callable[[str], str | None] | 
     return resolve
 
 
+BASE_REPORT_MODEL = "base"
+BASE_REPORT_NAME = "base-tools"  # the base model with tools: the report `omne run`, DVC and Dagster share
+
+
 def run_name(model: str, protocol: str, baseline: str | None, split: str) -> str:
     label = baseline if baseline and baseline != "tools" else protocol
     return re.sub(r"[^a-z0-9_.-]+", "-", f"{Path(model).name}-{label}-{split}".lower()).strip("-")
@@ -243,7 +247,8 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=summary)
 
 
-def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bool = False, **options: Any) -> EvalResult:
+def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bool = False, progress: bool = True,
+                    **options: Any) -> EvalResult:
     """``evaluate`` unless the report ``name`` was already made from the same inputs and settings (make run's
     rerun stays fast); the model's identity is part of the settings, so a new checkpoint re-evaluates."""
     from pipelines.agent.models import resolve_model_folder
@@ -260,7 +265,7 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     if (not force and manifest is not None and dataset is not None
             and manifest.metadata.get("cache_key") == _cache_key(wanted, dataset.files)):
         return EvalResult(folder=folder, metrics=read_metrics(folder), trajectories=[])
-    result = evaluate(params, model, name=name, **options)
+    result = evaluate(params, model, name=name, progress=progress, **options)
     manifest = read_manifest(folder)
     if manifest is not None and dataset is not None:
         from pipelines.lineage import write_manifest

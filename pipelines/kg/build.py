@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines.atomic import atomic_directory
 from pipelines.config import Params
+from pipelines.crashsafe import owned_folder, pause_point
 from pipelines.domains import Domain
 from pipelines.kg.embed import Encoder
 from pipelines.kg.errors import KGSourceError
@@ -91,7 +92,7 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
             close()  # the disk cache behind the client we built
     kg = assemble_graph(raw, directed=domain.source.is_directed)
     stats = graph_stats(kg, params.seeds)
-    with atomic_directory(folder) as tmp:
+    with atomic_directory(folder) as tmp, owned_folder(tmp):  # a killed build's temp folder names its pid
         written = write_kg(kg, tmp)
         manifest = new_manifest(
             "knowledge_graph", domain=domain.name, files=sha256_files(written, tmp), inputs=inputs,
@@ -100,6 +101,7 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
                       "stats": stats.model_dump(), **metadata},
         )
         write_manifest(tmp, manifest)
+        pause_point("kg_written")
     return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=False)
 
 
@@ -118,7 +120,7 @@ def build_entity_index(domain: str, params: Params, *, force: bool = False,
     texts = entity_texts(kg, params.index)
     vectors = encoder.encode(texts, progress=True)
     table = index_table(kg, texts, vectors)
-    with atomic_directory(folder) as tmp:
+    with atomic_directory(folder) as tmp, owned_folder(tmp):
         ann = write_index(tmp, table, params.index)
         recall = self_retrieval_recall(EntityIndex(tmp, params.index, encoder), kg,
                                        params.index.self_retrieval_sample)

@@ -95,3 +95,39 @@ def self_retrieval_outcome(result: dict, params: IndexParams) -> CheckOutcome:
     return CheckOutcome(spec=INDEX_CHECKS["self_retrieval"],
                         passed=result["recall_at_1"] >= params.self_retrieval_min_recall,
                         metadata={**result, "min_recall": params.self_retrieval_min_recall})
+
+
+def _share(value: object) -> str:
+    return f"{float(value):.1%}" if isinstance(value, (int, float)) else "?"
+
+
+# One line per failed check, with its counts and the params key of its threshold: what the CLI prints.
+_SUMMARIES = {
+    "no_dangling_edges": lambda m: f"{m['dangling_endpoints']} relation endpoint(s) name no entity "
+                                   f"(of {m['relations']} relations)",
+    "unique_normalised_keys": lambda m: f"{m['duplicated_rows']} entities share a normalised look-up key "
+                                        f"(e.g. {m['examples']})",
+    "no_empty_names": lambda m: f"{m['empty_names']} entities have an empty name",
+    "description_share": lambda m: f"{m['described']} of {m['entities']} entities ({_share(m['share'])}) have a "
+                                   f"description; at least {_share(m['min_share'])} expected "
+                                   "(checks.min_description_share)",
+    "isolated_share": lambda m: f"{m['isolated']} of {m['entities']} entities ({_share(m['share'])}) have no "
+                                f"relation; at most {_share(m['max_share'])} allowed (checks.max_isolated_share)",
+    "self_retrieval": lambda m: f"looking entities up by name finds {_share(m.get('recall_at_1'))} of them first; "
+                                f"at least {_share(m.get('min_recall'))} expected "
+                                "(index.self_retrieval_min_recall)",
+}
+
+
+def outcome_summary(outcome: CheckOutcome) -> str:
+    """``check_name: what failed, with counts and threshold`` (the CLI's warning line; Dagster shows metadata)."""
+    summarise = _SUMMARIES.get(outcome.spec.name)
+    try:
+        detail = summarise(outcome.metadata) if summarise else outcome.spec.description
+    except KeyError:  # metadata without the expected counts: fall back to what the check asserts
+        detail = outcome.spec.description
+    return f"{outcome.spec.name}: {detail}"
+
+
+def failed_checks(outcomes: list[CheckOutcome]) -> list[CheckOutcome]:
+    return [o for o in outcomes if not o.passed]

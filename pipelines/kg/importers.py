@@ -8,6 +8,7 @@ text (kind ``text``) needs an LLM and is read by pipelines.kg.extract instead.
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -145,13 +146,19 @@ def _reject_blank(frame: pl.DataFrame, columns: tuple[str, ...], path: Path) -> 
 
 
 def _weights(frame: pl.DataFrame, path: Path) -> pl.Series:
-    """The weight column as floats (empty -> 1.0); a value that is not a number is an error."""
+    """The weight column as floats (empty -> 1.0); a value that is not a finite number is an error
+    (a NaN or infinite weight would poison every weighted path and score computed from it)."""
     raw = frame["weight"].str.strip_chars()
     weights = raw.cast(pl.Float64, strict=False)
     bad = frame.filter(weights.is_null() & raw.is_not_null() & (raw != ""))
     if bad.height:
         shown = ", ".join(f"{o} ({w!r})" for w, o in bad.select("weight", "origin").head(5).iter_rows())
         raise KGSourceError(f"{path}: {bad.height} record(s) with a non-numeric weight: {shown}")
+    infinite = frame.filter(weights.is_nan() | weights.is_infinite())
+    if infinite.height:
+        shown = ", ".join(f"{o} ({w!r})" for w, o in infinite.select("weight", "origin").head(5).iter_rows())
+        raise KGSourceError(f"{path}: {infinite.height} record(s) with a weight that is not finite "
+                            f"(NaN or infinity): {shown}")
     return weights.fill_null(1.0)
 
 
@@ -227,6 +234,8 @@ def read_lightrag_graphml(path: Path) -> RawGraph:
             weight = float(attrs.get("weight", 1.0))
         except (TypeError, ValueError):
             raise KGSourceError(f"{path}: edge {u!r}-{v!r} has a non-numeric weight {attrs.get('weight')!r}") from None
+        if not math.isfinite(weight):
+            raise KGSourceError(f"{path}: edge {u!r}-{v!r} has a weight that is not finite: {attrs.get('weight')!r}")
         relation_rows.append({"head": names[u], "tail": names[v], "keywords": keywords,
                               "description": "\n".join(dict.fromkeys(_split_sep(attrs.get("description")))),
                               "weight": weight, "origin": f"{path.name}:edge {u}-{v}"})

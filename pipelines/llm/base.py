@@ -12,11 +12,12 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class LLMError(RuntimeError):
-    """A request that failed for good (after retries): timeout, HTTP error, or a reply that is not JSON."""
+    """A request that failed for good (after retries): timeout, HTTP error, or a malformed reply (not
+    JSON, not a chat completion). ``complete_many`` returns it as that request's result, never raises it."""
 
 
 class ChatRequest(BaseModel):
@@ -38,7 +39,21 @@ class ChatRequest(BaseModel):
             if not fields[name]:
                 del fields[name]
         blob = json.dumps({"model": model, **fields}, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        # surrogatepass: the same bytes as utf-8 for any valid text, and no crash on a lone surrogate
+        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every lone surrogate (e.g. a reply's JSON holding "\\ud800") replaced by U+FFFD.
+
+    Such a str cannot be encoded as UTF-8, so it would crash every later write (the disk cache,
+    JSON, parquet); an adjacent high+low pair is joined into the character it encodes.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 class ChatReply(BaseModel):
@@ -53,6 +68,12 @@ class ChatReply(BaseModel):
     latency_s: float = 0.0
     cached: bool = False
     finish_reason: str | None = None  # "stop", or "length" when max_tokens cut the reply (told in the repair round)
+
+    @field_validator("text", "model", "finish_reason")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        """A reply is always writable: lone surrogates become U+FFFD (see ``scrub_text``)."""
+        return value if value is None else scrub_text(value)
 
 
 OnReply = Callable[[int, ChatReply], None]

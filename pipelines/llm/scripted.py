@@ -22,7 +22,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from tqdm.auto import tqdm
 
 from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage
@@ -135,7 +135,11 @@ def scripted_openai_app(handler: Handler, latency_s: float = 0.0, *, model: str 
     The handler returns the reply text (``str``); an HTTP status to fail with (``int``, e.g. 500 or
     429, with an OpenAI-style error body); or a ``dict`` with any of ``text``, ``status``,
     ``sleep_s`` (sleep before answering, e.g. past the client's timeout), ``finish_reason``,
-    ``headers``. Every reply waits ``latency_s`` first, concurrently (it is an async sleep).
+    ``headers``; or a ``dict`` with ``body`` (str or bytes, sent as is) or ``json`` (any value, sent
+    as JSON, lone surrogates as ``\\ud800`` escapes), with optional ``status`` (default 200, 204
+    included), ``content_type`` (default application/json) and ``headers``: the malformed replies
+    that real gateways send (an HTML login page, an empty 200, a 204, ``choices`` as strings, ...).
+    Every reply waits ``latency_s`` first, concurrently (it is an async sleep).
     Error replies carry ``retry-after-ms: retry_after_ms`` (as OpenAI sends on 429) so that the SDK's
     retries wait milliseconds in tests; ``None`` leaves the SDK's own exponential backoff.
     Token counts are whitespace words. ``app.state.log`` is the ``ScriptedServerLog``. Routes are
@@ -146,7 +150,7 @@ def scripted_openai_app(handler: Handler, latency_s: float = 0.0, *, model: str 
     log = ScriptedServerLog()
     app.state.log = log
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         body = await request.json()
         log._enter(body)
         try:
@@ -159,6 +163,8 @@ def scripted_openai_app(handler: Handler, latency_s: float = 0.0, *, model: str 
                 await asyncio.sleep(float(spec["sleep_s"]))
             headers = {str(k): str(v) for k, v in spec.get("headers", {}).items()}
             status = int(spec.get("status", 200))
+            if "body" in spec or "json" in spec:
+                return _raw_reply(spec, status, headers, retry_after_ms)
             if status != 200:
                 if retry_after_ms is not None:
                     headers.setdefault("retry-after-ms", str(retry_after_ms))
@@ -185,6 +191,21 @@ def scripted_openai_app(handler: Handler, latency_s: float = 0.0, *, model: str 
         app.add_api_route(f"{prefix}/chat/completions", chat, methods=["POST"])
         app.add_api_route(f"{prefix}/models", models, methods=["GET"])
     return app
+
+
+def _raw_reply(spec: dict[str, Any], status: int, headers: dict[str, str], retry_after_ms: int | None) -> Response:
+    """The body exactly as the handler gave it (no OpenAI envelope): ``body`` bytes/str or ``json``."""
+    if "json" in spec:  # ensure_ascii: a lone surrogate goes out as its \\u escape, as a buggy server sends it
+        content: bytes = json.dumps(spec["json"], ensure_ascii=True).encode("ascii")
+    else:
+        raw = spec["body"]
+        content = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
+    if status >= 400 and retry_after_ms is not None:
+        headers.setdefault("retry-after-ms", str(retry_after_ms))
+    if status == 204 or 100 <= status < 200 or status == 304:  # no body allowed: an empty reply
+        content = b""
+    return Response(content=content, status_code=status, headers=headers,
+                    media_type=str(spec.get("content_type", "application/json")))
 
 
 # --- uvicorn in a background thread (shared with the tool server tests) ----------------------------

@@ -1,0 +1,76 @@
+"""Record in dvc.lock the stages that `omne run` built or found current, so that `dvc repro` afterwards
+reruns none of them (without a lock DVC would rerun every stage, and without `persist` delete its outputs
+first).
+
+This is what `dvc commit` is for ("a stage's command was run outside `dvc repro`"): DVC hashes the
+stage's deps, params and outs as they are now and writes them to dvc.lock. It is only true when the run
+used what DVC reads, so nothing is recorded when the params file is not the project's params.yaml or the
+profile differs from that file's `profile:` (DVC knows neither `--params` nor `$OMNE_PROFILE`). Only the
+stages the run itself verified are committed: a stage left stale stays stale for DVC too. Registered as
+the `dvc` entry point of group `omne.recorders` (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from pipelines.config import Params
+from pipelines.domains import load_registry
+from pipelines.run import BuiltArtifact
+
+DVC_TIMEOUT_S = 600
+
+
+def dvc_executable() -> str | None:
+    """The `dvc` of this interpreter's environment (the project's venv), else the one on PATH."""
+    beside = Path(sys.executable).parent / "dvc"
+    return str(beside) if beside.is_file() else shutil.which("dvc")
+
+
+def defined_stages(root: Path, domains: list[str]) -> set[str]:
+    """Stage addresses of the project's dvc.yaml (`foreach` stages expanded over the registry's domains)."""
+    raw = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
+    names: set[str] = set()
+    for name, stage in (raw.get("stages") or {}).items():
+        if isinstance(stage, dict) and "foreach" in stage:
+            names.update(f"{name}@{domain}" for domain in domains)
+        else:
+            names.add(name)
+    return names
+
+
+def why_not_recordable(params: Params, params_file: Path | None) -> str | None:
+    """Why dvc.lock must not record this run (None when it may)."""
+    root = params.root
+    if not (root / "dvc.yaml").is_file() or not (root / ".dvc").is_dir():
+        return "no DVC project here"
+    project_params = root / "params.yaml"
+    if params_file is None or not project_params.is_file() or params_file.resolve() != project_params.resolve():
+        return f"the run's params file is not {project_params}, which DVC reads"
+    declared = (yaml.safe_load(project_params.read_text(encoding="utf-8")) or {}).get("profile") or "quick"
+    if declared != params.profile:
+        return f"the run used profile {params.profile!r}, params.yaml says {declared!r}"
+    return None
+
+
+def record_dvc_stages(params: Params, params_file: Path | None, built: list[BuiltArtifact]) -> str:
+    """`dvc commit --force` the stages of ``built`` that dvc.yaml defines; one line saying what happened."""
+    reason = why_not_recordable(params, params_file)
+    if reason:
+        return f"record dvc: skipped ({reason})"
+    defined = defined_stages(params.root, load_registry(params.registry_path).names)
+    targets = list(dict.fromkeys(b.dvc_stage for b in built if b.dvc_stage in defined))
+    dvc = dvc_executable()
+    if not targets or dvc is None:
+        return "record dvc: skipped (dvc is not installed)" if targets else ""
+    done = subprocess.run([dvc, "commit", "--force", "--quiet", *targets], cwd=params.root, capture_output=True,
+                          text=True, timeout=DVC_TIMEOUT_S)
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        return f"record dvc: dvc commit failed ({detail[-1] if detail else f'exit {done.returncode}'})"
+    return f"record dvc: {len(targets)} stages in dvc.lock (`dvc repro` reuses them)"

@@ -1,0 +1,585 @@
+"""Importing a domain as one transaction, building domains one by one, and cleaning killed runs' leftovers.
+
+An import validates the user's file, copies it into a temporary folder that is renamed into
+``kg_assets/<name>/`` whole, builds the KG and its index, and registers the domain last: the registry
+never names a domain whose files or artifacts are half there. Any failure, Ctrl-C or SIGTERM rolls
+everything back; a SIGKILL leaves a journal (``kg_assets/.<name>.import.json``) that the next import or
+build replays. Every step on a domain holds that domain's lock (``artifacts/.locks/<name>.lock``), so a
+leftover found under the lock belongs to a dead process and can be removed without guessing.
+
+The KG checks (pipelines.kg.checks, the same functions and thresholds as Dagster's asset checks) run
+after each build: a failed blocking check is an error, a failed non-blocking one a warning that
+``strict`` turns into an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from pipelines.atomic import atomic_write_text
+from pipelines.config import Params
+from pipelines.crashsafe import LockBusyError, file_lock, pause_point, read_owner
+from pipelines.domains import Domain, Registry, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.kg.checks import CheckOutcome, failed_checks, outcome_summary, run_kg_checks, self_retrieval_outcome
+from pipelines.kg.errors import KGSourceError
+from pipelines.kg.index import index_dir
+from pipelines.kg.store import kg_dir, read_kg
+
+if TYPE_CHECKING:
+    from pipelines.kg.embed import Encoder
+    from pipelines.llm.base import ChatClient
+
+log = logging.getLogger(__name__)
+
+ASSETS_DIR = "kg_assets"  # where imported sources live, one folder per domain
+RESERVED_NAMES = frozenset({"exporters"})  # kg_assets/exporters/ holds the scripts that write the shipped domains
+FORMATS: dict[str, str] = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir",
+                           "text": "text"}
+ImportFormat = Literal["triples", "graphml", "lightrag-dir", "text"]
+DOMAIN_LOCK_WAIT_S = 10.0  # another import/build of the same domain: wait this long, then say who holds it
+STALE_AFTER_S = 600.0  # a temporary folder with no owner marker, untouched this long, is a leftover
+COPY_CHUNK = 1 << 20
+JOURNAL_SUFFIX = ".import.json"
+LEFTOVER = re.compile(r"^\.(?P<name>[a-z0-9_]+)\.(?P<kind>tmp|old|bak)-[0-9a-f-]+$")
+
+
+class QualityError(KGSourceError):
+    """A built KG failed a blocking check, or a warning under ``strict``."""
+
+
+# --------------------------------------------------------------------------------------------- leftovers
+
+
+class Leftovers(BaseModel):
+    """What a run found of killed runs: removed, put back, or left alone (with why)."""
+
+    removed: list[str] = []
+    restored: list[str] = []
+    kept: list[str] = []
+
+    def merge(self, other: Leftovers) -> Leftovers:
+        return Leftovers(removed=self.removed + other.removed, restored=self.restored + other.restored,
+                         kept=self.kept + other.kept)
+
+    def lines(self) -> list[str]:
+        return ([f"removed leftover of a killed run: {p}" for p in self.removed]
+                + [f"put back after a killed run: {p}" for p in self.restored]
+                + [f"left alone: {p}" for p in self.kept])
+
+
+class _Move(BaseModel):
+    """A path the transaction replaces, and where its previous content waits until the commit."""
+
+    target: str  # relative to the project root
+    backup: str
+    existed: bool
+
+
+class Journal(BaseModel):
+    """The plan of an import, written before its first change: what a later run needs to undo or finish it."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    pid: int
+    started: float
+    staging: str
+    moves: list[_Move]
+    old_entry: dict[str, Any] | None
+    new_entry: dict[str, Any]
+    committed: bool = False
+
+
+def assets_dir(params: Params) -> Path:
+    return params.root / ASSETS_DIR
+
+
+def journal_path(params: Params, name: str) -> Path:
+    return assets_dir(params) / f".{name}{JOURNAL_SUFFIX}"
+
+
+def _rel(params: Params, path: Path) -> str:
+    try:
+        return path.relative_to(params.root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextmanager
+def domain_lock(params: Params, name: str, *, timeout_s: float | None = DOMAIN_LOCK_WAIT_S) -> Iterator[None]:
+    """One import or build of a domain at a time, across processes (a killed holder releases it)."""
+    path = params.artifacts_dir / ".locks" / f"{check_domain_name(name)}.lock"
+    try:
+        with file_lock(path, timeout_s=timeout_s, what=f"domain {name!r}"):
+            yield
+    except LockBusyError as exc:
+        raise RegistryError(str(exc)) from None
+
+
+def _read_registry(params: Params) -> Registry:
+    return load_registry(params.registry_path) if params.registry_path.exists() else Registry()
+
+
+def _undo(params: Params, journal: Journal) -> Leftovers:
+    """Put every moved path back (newest first) and drop what the transaction created."""
+    restored, removed = [], []
+    for move in reversed(journal.moves):
+        target, backup = params.root / move.target, params.root / move.backup
+        if move.existed and backup.exists():
+            _remove(target)
+            os.rename(backup, target)
+            restored.append(move.target)
+        elif not move.existed and (target.exists() or target.is_symlink()):
+            _remove(target)
+            removed.append(move.target)
+    staging = params.root / journal.staging
+    if staging.exists():
+        _remove(staging)
+        removed.append(journal.staging)
+    return Leftovers(removed=removed, restored=restored)
+
+
+def _finish(params: Params, journal: Journal) -> None:
+    """After the commit: the previous content is no longer needed."""
+    for move in journal.moves:
+        _remove(params.root / move.backup)
+    _remove(params.root / journal.staging)
+
+
+def _committed(params: Params, journal: Journal) -> bool:
+    """Whether a killed import got as far as registering (the registry is the commit point)."""
+    if journal.committed:
+        return True
+    try:
+        entry = _read_registry(params).get(journal.name).model_dump(mode="json")
+    except RegistryError:
+        return False
+    return entry == journal.new_entry and entry != journal.old_entry
+
+
+def _recover_journal(params: Params, name: str) -> Leftovers:
+    path = journal_path(params, name)
+    if not path.is_file():
+        return Leftovers()
+    try:
+        journal = Journal.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        return Leftovers(kept=[f"{_rel(params, path)} (unreadable import journal: {exc.__class__.__name__}; "
+                               "check kg_assets/ by hand, then delete it)"])
+    if _committed(params, journal):
+        found = Leftovers(removed=[m.backup for m in journal.moves if (params.root / m.backup).exists()])
+        _finish(params, journal)
+    else:
+        found = _undo(params, journal)
+    path.unlink(missing_ok=True)
+    log.info("replayed the import journal of %r (committed: %s)", name, journal.committed)
+    return found.merge(Leftovers(removed=[_rel(params, path)]))
+
+
+def _scan(folder: Path, name: str, depth: int) -> list[Path]:
+    """``.<name>.{tmp,old,bak}-*`` entries in ``folder`` and its subfolders down to ``depth`` levels."""
+    found = []
+    for level in range(depth + 1):
+        pattern = "/".join(["*"] * level + [f".{name}.*-*"])
+        found.extend(p for p in folder.glob(pattern) if (m := LEFTOVER.match(p.name)) and m["name"] == name)
+    return sorted(found)
+
+
+def _clean_domain(params: Params, name: str) -> Leftovers:
+    """Under ``name``'s lock: replay its journal, then remove temporary folders of dead writers."""
+    found = _recover_journal(params, name)
+    removed, restored, kept = [], [], []
+    for path in _scan(assets_dir(params), name, 0):  # only imports write here, and they hold the lock
+        _remove(path)
+        removed.append(_rel(params, path))
+    now = time.time()
+    for path in _scan(params.artifacts_dir, name, 2):
+        kind = LEFTOVER.match(path.name)["kind"]
+        final = path.parent / name
+        if kind == "old" and not final.exists():  # killed between the two renames of an atomic write
+            os.rename(path, final)
+            restored.append(_rel(params, final))
+            continue
+        if kind == "tmp":
+            owner = read_owner(path)
+            alive = owner.alive() if owner else None
+            if alive:
+                kept.append(f"{_rel(params, path)} (being written by pid {owner.pid})")
+                continue
+            try:
+                age = now - path.stat().st_mtime
+            except OSError:
+                continue
+            if alive is None and age < STALE_AFTER_S:
+                kept.append(f"{_rel(params, path)} (no owner recorded, modified {age:.0f} s ago: may be in use; "
+                            f"removed once older than {STALE_AFTER_S:.0f} s)")
+                continue
+        _remove(path)
+        removed.append(_rel(params, path))
+    return found.merge(Leftovers(removed=removed, restored=restored, kept=kept))
+
+
+def find_leftovers(params: Params) -> list[Path]:
+    """Every temporary folder, backup or journal of an import or build in kg_assets/ and artifacts/ (any
+    domain, live or dead): what a finished, unkilled project has none of."""
+    found: list[Path] = []
+    for folder, depth in ((assets_dir(params), 0), (params.artifacts_dir, 2)):
+        if folder.is_dir():
+            for level in range(depth + 1):
+                found.extend(p for p in folder.glob("/".join(["*"] * level + [".*"]))
+                             if LEFTOVER.match(p.name) or p.name.endswith(JOURNAL_SUFFIX))
+    return sorted(found)
+
+
+def clean_leftovers(params: Params, names: list[str] | None = None, *, held: str | None = None) -> Leftovers:
+    """Undo or finish killed imports and remove dead writers' temporary folders.
+
+    ``names``: the domains to look at (default: the registry's); domains with an import journal are
+    always included. A domain locked by a running omne process is skipped; ``held`` is the one whose
+    lock this process already holds.
+    """
+    wanted = list(names) if names is not None else _read_registry(params).names
+    assets = assets_dir(params)
+    journals = [p.name[1:-len(JOURNAL_SUFFIX)] for p in assets.glob(f".*{JOURNAL_SUFFIX}")] if assets.is_dir() else []
+    found = Leftovers()
+    for name in dict.fromkeys([*wanted, *journals]):
+        try:
+            check_domain_name(name)
+        except RegistryError:
+            continue
+        if name == held:
+            found = found.merge(_clean_domain(params, name))
+            continue
+        try:
+            with domain_lock(params, name, timeout_s=0):
+                found = found.merge(_clean_domain(params, name))
+        except RegistryError:  # busy: a live import or build owns what is there
+            continue
+    return found
+
+
+# --------------------------------------------------------------------------------------------- quality
+
+
+class Quality(BaseModel):
+    """Failed checks of one build, as the lines the CLI prints."""
+
+    warnings: list[str] = []
+    errors: list[str] = []
+
+
+def _sort(outcomes: list[CheckOutcome], strict: bool, *, blocking_is_error: bool = True) -> Quality:
+    quality = Quality()
+    for outcome in failed_checks(outcomes):
+        fatal = strict or (blocking_is_error and outcome.spec.blocking)
+        (quality.errors if fatal else quality.warnings).append(outcome_summary(outcome))
+    return quality
+
+
+def kg_quality(params: Params, domain: str, *, strict: bool = False) -> Quality:
+    """Run the KG checks (KG_CHECKS, thresholds from params ``checks``, as Dagster's asset checks) on a built KG.
+
+    A failed blocking check is an error (Dagster stops downstream work on it too); the others are
+    warnings, errors under ``strict``.
+    """
+    return _sort(run_kg_checks(read_kg(kg_dir(params.artifacts_dir, domain)), params.checks), strict)
+
+
+def index_quality(params: Params, index_metadata: dict[str, Any], *, strict: bool = False) -> Quality:
+    """The index's self-retrieval, as measured by its build: a warning (recall depends on the names, not
+    on a defect of the import), an error under ``strict``."""
+    if "self_retrieval" not in index_metadata:
+        return Quality()
+    return _sort([self_retrieval_outcome(index_metadata["self_retrieval"], params.index)], strict,
+                 blocking_is_error=False)
+
+
+def _quality_error(name: str, quality: Quality, strict: bool) -> QualityError:
+    why = " (--strict makes warnings errors)" if strict else ""
+    return QualityError(f"domain {name!r}: the KG failed {len(quality.errors)} check(s){why}: "
+                        + "; ".join(quality.errors))
+
+
+# --------------------------------------------------------------------------------------------- import
+
+
+class ImportRequest(BaseModel):
+    """What `omne kg import` asks for, validated before anything is read or written."""
+
+    model_config = ConfigDict(frozen=True)
+    path: Path
+    name: str
+    format: ImportFormat | None = None  # default: from the path (see ``source_format``)
+    entities: Path | None = None
+    description: str = ""
+    replace: bool = False
+    build: bool = True
+    strict: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_domain_name(value)
+
+
+class ImportResult(BaseModel):
+    domain: Domain
+    rows: dict[str, int] = {}  # of the built KG (empty without a build)
+    vectors: int | None = None
+    warnings: list[str] = []
+    leftovers: Leftovers = Leftovers()
+
+
+def source_format(path: Path, fmt: str | None) -> str:
+    if fmt:
+        return fmt
+    if path.is_dir():
+        return "lightrag-dir"
+    suffix = path.suffix.lower()
+    return "graphml" if suffix == ".graphml" else "text" if suffix in (".txt", ".md") else "triples"
+
+
+def validate_source(request: ImportRequest) -> tuple[str, list[Path]]:
+    """Read the user's files with the importer of their kind (errors name the file and record).
+
+    Returns the source kind and the files to copy (the source first, then the entity table).
+    """
+    from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
+
+    path, fmt = request.path, source_format(request.path, request.format)
+    if not path.exists():
+        raise KGSourceError(f"{path}: not found")
+    if fmt == "lightrag-dir":  # the working directory's graph is all the KG needs
+        path, fmt = path / LIGHTRAG_GRAPHML, "graphml"
+    if request.entities and fmt != "triples":
+        raise KGSourceError(f"{request.entities}: --entities only applies to --format triples")
+    if fmt == "text":  # extraction needs the LLM: check the files are readable text, extract when building
+        from pipelines.kg.extract import read_chunks
+
+        read_chunks(SourceSpec(kind="text", path=str(path.resolve())), Path("/"))
+    else:
+        import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
+                                 entities=str(request.entities.resolve()) if request.entities else None), Path("/"))
+    return FORMATS[fmt], [path, *([request.entities] if request.entities else [])]
+
+
+def check_name_free(params: Params, name: str, registry: Registry, *, replace: bool) -> None:
+    """Refuse a name whose folder in kg_assets/ is not that domain's (code, another domain's data)."""
+    target = assets_dir(params) / name
+    if name in RESERVED_NAMES:
+        raise RegistryError(f"domain name {name!r} is reserved: {_rel(params, target)}/ holds omne's own files; "
+                            "choose another name")
+    registered = name in registry.names
+    if registered and not replace:
+        raise RegistryError(f"domain {name!r} already exists (use --replace to overwrite it)")
+    if target.exists() or target.is_symlink():
+        owns = registered and (params.root / registry.get(name).source.path).resolve().is_relative_to(
+            target.resolve())
+        if not owns:
+            raise RegistryError(f"{_rel(params, target)} already exists and is not the folder of a registered "
+                                f"domain {name!r}: choose another name, or move it away first")
+
+
+def _copy_file(src: str | Path, dst: str | Path) -> None:
+    """Copy in chunks and fsync: the staged copy is complete on disk before it is renamed into place."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        first = True
+        while chunk := fin.read(COPY_CHUNK):
+            if first:  # the crash tests kill us here, with half of the file written
+                fout.write(chunk[:len(chunk) // 2])
+                fout.flush()
+                pause_point("copying")
+                chunk, first = chunk[len(chunk) // 2:], False
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+    shutil.copystat(src, dst)
+
+
+@contextmanager
+def _signals_roll_back() -> Iterator[None]:
+    """SIGTERM (and SIGHUP) raise like Ctrl-C inside the transaction, so that it rolls back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def import_domain(request: ImportRequest, params: Params, *, client: ChatClient | None = None,
+                  encoder: Encoder | None = None) -> ImportResult:
+    """Validate, copy, build and register a domain, or leave everything as it was.
+
+    The commit point is the registry entry: until it is written the domain does not exist for any
+    other command, and an error, Ctrl-C or SIGTERM undoes the copy and the artifacts (a note on the
+    exception says so). A SIGKILL is undone by the next import or build (see ``clean_leftovers``).
+    """
+    kind, files = validate_source(request)
+    name, root = request.name, params.root
+    pause_point("validated")
+    with domain_lock(params, name):
+        leftovers = clean_leftovers(params, [name], held=name)
+        registry = _read_registry(params)
+        check_name_free(params, name, registry, replace=request.replace)
+        target = assets_dir(params) / name
+        token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging = assets_dir(params) / f".{name}.tmp-{token}"
+        names = [p.name for p in files]
+        if len(names) == 2 and names[0] == names[1]:  # a triples file and an entity table of the same name
+            names[1] = f"entities_{names[1]}"
+        source = SourceSpec(kind=kind, path=_rel(params, target / names[0]),
+                            entities=_rel(params, target / names[1]) if len(names) == 2 else None)
+        domain = Domain(name=name, description=request.description, source=source)
+        moved = [target] + ([kg_dir(params.artifacts_dir, name), index_dir(params.artifacts_dir, name)]
+                            if request.build else [])
+        journal = Journal(
+            name=name, pid=os.getpid(), started=time.time(), staging=_rel(params, staging),
+            moves=[_Move(target=_rel(params, p), backup=_rel(params, p.parent / f".{name}.bak-{token}"),
+                         existed=p.exists()) for p in moved],
+            old_entry=registry.get(name).model_dump(mode="json") if name in registry.names else None,
+            new_entry=domain.model_dump(mode="json"))
+        result = ImportResult(domain=domain, leftovers=leftovers)
+        try:
+            with _signals_roll_back():
+                atomic_write_text(journal_path(params, name), journal.model_dump_json(indent=2))
+                _stage(files, names, staging, _kept_beside(params, registry, name, target))
+                pause_point("copied")
+                for move in journal.moves:  # the previous content waits beside its place until the commit
+                    if move.existed:
+                        os.replace(root / move.target, root / move.backup)
+                os.rename(staging, target)
+                pause_point("swapped")
+                if request.build:
+                    _build(domain, params, request.strict, result, client=client, encoder=encoder)
+                pause_point("registering")
+                add_domain(params.registry_path, domain, replace=request.replace)
+        except BaseException as exc:
+            if _committed(params, journal):  # interrupted right after the registry write: that counts
+                _finish(params, journal)
+            else:
+                _undo(params, journal)
+                if isinstance(exc, Exception):
+                    exc.add_note(f"rolled back: the registry, {_rel(params, target)} and the artifacts of {name!r} "
+                                 "are as before")
+            journal_path(params, name).unlink(missing_ok=True)
+            raise
+        # committed: from here on a kill only leaves backups, which the journal says to delete
+        pause_point("registered")
+        atomic_write_text(journal_path(params, name), journal.model_copy(update={"committed": True}).model_dump_json())
+        _finish(params, journal)
+        journal_path(params, name).unlink(missing_ok=True)
+    return result
+
+
+def _stage(files: list[Path], names: list[str], staging: Path, keep: list[Path]) -> None:
+    """Copy the new source, and the replaced folder's other files (``keep``), into ``staging``."""
+    staging.mkdir(parents=True)
+    for path, name in [*zip(files, names, strict=True), *((p, p.name) for p in keep if p.name not in names)]:
+        if path.is_dir():  # a text source folder, or a folder the user keeps beside the source
+            shutil.copytree(path, staging / name, copy_function=_copy_file)
+        else:
+            _copy_file(path, staging / name)
+
+
+def _kept_beside(params: Params, registry: Registry, name: str, target: Path) -> list[Path]:
+    """What a replaced domain's folder holds besides its source (SOURCE.md, notes): carried over."""
+    if name not in registry.names or not target.is_dir():
+        return []
+    spec = registry.get(name).source
+    sources = {(params.root / p).resolve() for p in [spec.path, *([spec.entities] if spec.entities else [])]}
+    return [p for p in sorted(target.iterdir())
+            if not any(p.resolve() == s or p.resolve() in s.parents or s in p.resolve().parents for s in sources)]
+
+
+def _build(domain: Domain, params: Params, strict: bool, result: ImportResult, *, client: ChatClient | None,
+           encoder: Encoder | None) -> None:
+    from pipelines.kg.build import build_entity_index, build_knowledge_graph
+
+    built = build_knowledge_graph(domain, params, force=True, client=client)
+    result.rows = dict(built.manifest.rows)
+    quality = kg_quality(params, domain.name, strict=strict)
+    if quality.errors:
+        raise _quality_error(domain.name, quality, strict)
+    index = build_entity_index(domain.name, params, force=True, encoder=encoder)
+    result.vectors = index.manifest.rows.get("entities")
+    indexed = index_quality(params, index.manifest.metadata, strict=strict)
+    if indexed.errors:
+        raise _quality_error(domain.name, indexed, strict)
+    result.warnings = quality.warnings + indexed.warnings
+    pause_point("built")
+
+
+# --------------------------------------------------------------------------------------------- build
+
+
+class DomainBuild(BaseModel):
+    """One domain's line in `omne kg build`: built, up to date, or what is wrong with it."""
+
+    domain: str
+    ok: bool
+    skipped: bool = False
+    rows: dict[str, int] = {}
+    folder: Path | None = None
+    warnings: list[str] = []
+    error: str | None = None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or exc.__class__.__name__
+    return text if isinstance(exc, (ValueError, LookupError, OSError, RuntimeError)) else \
+        f"{exc.__class__.__name__}: {text}"
+
+
+def build_domains(params: Params, names: list[str] | None = None, *, force: bool = False, strict: bool = False,
+                  client: ChatClient | None = None) -> Iterator[DomainBuild | Leftovers]:
+    """Build each domain's KG in turn; a broken domain is reported and the next one built regardless.
+
+    Yields the leftovers cleaned first (killed imports and builds), then one ``DomainBuild`` per domain.
+    """
+    from pipelines.kg.build import build_knowledge_graph
+
+    registry = load_registry(params.registry_path)
+    domains = [registry.get(name) for name in names] if names else registry.domains
+    yield clean_leftovers(params, [d.name for d in domains])  # and killed imports of any name
+    registry = load_registry(params.registry_path)  # a replayed journal may have put an entry back
+    for domain in domains:
+        domain = registry.get(domain.name) if domain.name in registry.names else domain
+        try:
+            with domain_lock(params, domain.name):
+                result = build_knowledge_graph(domain, params, force=force, client=client)
+                quality = kg_quality(params, domain.name, strict=strict)
+        except Exception as exc:  # noqa: BLE001 - one broken domain must not hide the others
+            log.debug("building %s failed", domain.name, exc_info=True)
+            yield DomainBuild(domain=domain.name, ok=False, error=_one_line(exc))
+            continue
+        error = str(_quality_error(domain.name, quality, strict)) if quality.errors else None
+        yield DomainBuild(domain=domain.name, ok=error is None, skipped=result.skipped,
+                          rows=dict(result.manifest.rows), folder=result.folder, warnings=quality.warnings,
+                          error=error)

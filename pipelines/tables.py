@@ -1,0 +1,85 @@
+"""The terminal tables of `omne run` and the commands that print the same figures (`omne qa build`, `omne qa
+stats`, `omne eval`): one place for their columns, so every entry point prints a stage the same way."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from pipelines.run import DomainRow, StageTimes
+
+
+def console() -> Console:
+    """Rich console: the terminal's width, or 160 columns when the output is a file or a pipe (logs, CI)."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _table(title: str, columns: list[str], left: tuple[str, ...]) -> Table:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    return table
+
+
+def print_domain_table(rows: list[DomainRow]) -> None:
+    """One row per domain: the KG's statistics, the index's self-retrieval, what was rebuilt and the time."""
+    if not rows:
+        return
+    stats = rows[0].stats
+    table = _table("omne knowledge graphs",
+                   ["domain", "entities", "relations", "components", "largest comp.", "mean degree",
+                    f"seeds d{stats.seed_depth} {stats.seed_min_nodes}-{stats.seed_max_nodes}", "described",
+                    "index R@1", "kg / index / qa", "s"], ("domain",))
+    for row in rows:
+        s = row.stats
+        table.add_row(row.domain, f"{s.entities:,}", f"{s.relations:,}", f"{s.components:,}",
+                      f"{s.largest_component:,}", f"{s.mean_degree:.2f}", f"{s.eligible_seeds:,}",
+                      f"{s.described_share:.0%}", f"{row.recall_at_1:.3f}",
+                      f"{row.kg_state} / {row.index_state} / {row.qa_state}", f"{row.seconds:.1f}")
+    console().print(table)
+
+
+def print_qa_stats(stats: dict[str, Any]) -> None:
+    """The QA dataset per domain: buckets, splits, hops and question length (the seed paper's Table 1)."""
+    table = _table("omne QA dataset", ["domain", "1/2-hop", "3+", "total", "train", "val", "test",
+                                       "hops 1/2/3/4+", "words/q"], ("domain",))
+    for domain, row in stats.get("domains", {}).items():
+        splits = {s: sum(n for k, n in row["splits"].items() if k.startswith(f"{s}/")) for s in ("train", "val", "test")}
+        hops = row["hops"]
+        hop_text = "/".join(str(hops.get(str(h), 0)) for h in (1, 2, 3)) + \
+            f"/{sum(n for h, n in hops.items() if int(h) >= 4)}"
+        table.add_row(domain, f"{row['1-2']:,}", f"{row['3+']:,}", f"{row['total']:,}", f"{splits['train']:,}",
+                      f"{splits['val']:,}", f"{splits['test']:,}", hop_text, f"{row['mean_question_words']:.1f}")
+    console().print(table)
+
+
+def print_eval_table(runs: list) -> None:
+    """One row per run and group: EM, normalised EM, F1, Hit@1, tool calls and tokens per question."""
+    table = _table("omne evaluation", ["run", "group", "n", "EM", "norm EM", "F1", "Hit@1", "answered", "calls/q",
+                                       "gen tok/q"], ("run", "group"))
+    for metrics in runs:
+        groups = [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items())]
+        for label, scores in groups:
+            table.add_row(metrics.run, label, str(scores.n), f"{scores.em:.3f}", f"{scores.norm_em:.3f}",
+                          f"{scores.f1:.3f}", f"{scores.hit1:.3f}", f"{scores.answered:.2f}",
+                          f"{metrics.efficiency.kg_calls_per_sample:.2f}" if label == "all" else "",
+                          f"{metrics.efficiency.generated_tokens_mean:.0f}" if label == "all" else "")
+    console().print(table)
+
+
+def print_stage_table(times: StageTimes) -> None:
+    """Wall time, share of the run and peak resident memory of each stage of one `omne run`."""
+    total = times.total()
+    table = _table("omne run: wall time and peak memory per stage", ["stage", "s", "share", "peak RSS GB"],
+                   ("stage",))
+    for stage, seconds in times.seconds.items():
+        peak = times.peak_rss_mb.get(stage)
+        table.add_row(stage, f"{seconds:.1f}", f"{seconds / total:.0%}" if total else "",
+                      f"{peak / 1024:.2f}" if peak is not None else "")
+    overall = max(times.peak_rss_mb.values(), default=None)
+    table.add_row("total", f"{total:.1f}", "100%", f"{overall / 1024:.2f}" if overall is not None else "")
+    console().print(table)
