@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipelines.crashsafe import pause_point
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,6 +39,7 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    pause_point(f"replace:{final.parent.name}/{final.name}")  # test hook: a kill between writing and renaming
     old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
     if final.exists():
         os.replace(final, old)

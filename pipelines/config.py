@@ -59,6 +59,10 @@ class ToolParams(_Section):
     fuzzy_min_score: float = Field(0.9, ge=0.0, le=1.0)  # index fallback of node_info/search accepts >= this
     max_argument_chars: int = Field(1000, ge=1)  # longer string arguments are refused
     max_call_chars: int = Field(4000, ge=1)
+    cache_max_bytes: int = Field(134_217_728, ge=0)  # toolbox caches (query vectors, resolved scopes) together, LRU
+    scope_max_bytes: int = Field(16_384, ge=1)  # a scope whose seeds total more UTF-8 bytes is refused (typed error)
+    episodes_max_bytes: int = Field(134_217_728, ge=0)  # episode states a server/client keeps, together, LRU
+    server_threads: int = Field(8, ge=1)  # threads running tool calls in the server (its event loop stays free)
 
 
 class LLMParams(_Section):

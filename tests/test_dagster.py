@@ -4,7 +4,9 @@ definitions' jobs, schedule and sensors (the KG-source sensor ticked with build_
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +27,38 @@ def materialize(project: Path, partition: str, profile: str = "", stage: str = "
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_kill_during_a_materialization_then_resume(project: Path) -> None:
+    """kill -9 of `dagster asset materialize` while qa_pairs is writing: the KG and seeds it finished are
+    complete, the pairs absent; materializing again reuses the finished ones and completes the rest."""
+    env = cli_env(OMNE_PARAMS=str(project / "params.yaml"), DAGSTER_HOME=str(project / ".dagster_home"),
+                  OMNE_PAUSE_AT="replace:pairs/solar", OMNE_PAUSE_S="120")
+    (project / ".dagster_home").mkdir(exist_ok=True)
+    command = ["dagster", "asset", "materialize", "-m", "dagster_project.definitions", "--partition", "solar",
+               "--select", "knowledge_graph,seed_subgraphs,qa_pairs,gold_paths"]
+    process = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "paused at replace:pairs/solar" in line:
+            break
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert any("paused at" in line for line in seen), "".join(seen)[-3000:]
+    artifacts = project / "artifacts"
+    kg_manifest = json.loads((artifacts / "kg" / "solar" / "manifest.json").read_text())
+    assert (artifacts / "qa" / "seeds" / "solar" / "manifest.json").is_file()
+    assert not (artifacts / "qa" / "pairs" / "solar").exists()  # its finished files were still in a temp folder
+    assert list((artifacts / "qa" / "pairs").glob(".solar.tmp-*"))
+
+    env.pop("OMNE_PAUSE_AT")
+    again = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((artifacts / "kg" / "solar" / "manifest.json").read_text()) == kg_manifest  # reused
+    assert json.loads((artifacts / "qa" / "gold" / "solar" / "manifest.json").read_text())["rows"]
 
 
 def test_partitions_come_from_the_registry_and_checks_pass(project: Path) -> None:

@@ -3,31 +3,50 @@
 Endpoints: POST /v1/tools/call, POST /v1/tools/batch, GET /v1/tools, GET /v1/domains, GET /health
 (OpenAPI at /docs and /openapi.json). KGs are loaded once and reloaded when a domain's manifests
 change. Optional bearer token; request bodies above a size limit are refused with 413.
+
+Hostile clients: a bad request field (graph_type, episode_id, scope) is a typed tool error like a bad
+call, never a 5xx; episode state and the toolbox's caches are bounded in bytes (tools.*_max_bytes);
+tool work runs on its own thread pool (tools.server_threads), so /health answers while it is busy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
+import sys
 import threading
 from collections import OrderedDict
-from typing import Any
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
-from pipelines.agent.tools import EpisodeState, KGToolbox, Scope, ToolResult
+from pipelines.agent.calls import ErrorType, ToolError, printable
+from pipelines.agent.tools import (REQUEST_FIELD_MAX_CHARS, EpisodeState, KGToolbox, Scope, ToolResult, checked_scope,
+                                   field_error)
+from pipelines.config import ToolParams
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 4096
+# a name field is typed as text in the schema but accepted as anything, so that a wrong value becomes a
+# typed tool error for that call (as in-process) rather than a 422 for the whole request or batch
+NameField = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": REQUEST_FIELD_MAX_CHARS},
+                                                     {"type": "null"}]})]
 
 
 class CallRequest(BaseModel):
     call: str | dict[str, Any] = Field(description='Written call, e.g. node_info(node_name="X", graph_type="d"), '
                                        'or {"name": ..., "arguments": {...}}')
-    graph_type: str | None = Field(None, description="The episode's graph, for tools without a graph_type argument.")
-    episode_id: str | None = Field(None, max_length=200,
-                                   description="Keeps per-episode tool state (search backtracking) across calls.")
+    graph_type: NameField = Field(None, description="The episode's graph, for tools without a graph_type argument.")
+    episode_id: NameField = Field(None, description="Keeps per-episode tool state (search backtracking) across "
+                                  "calls; end it with DELETE /v1/episodes/{episode_id} to free that state.")
     scope: Scope | None = Field(None, description="Restrict the episode's tools to the entities within `hops` of "
                                 "`seeds` (external KGQA sets); kept by the episode for its later calls.")
 
@@ -41,29 +60,71 @@ class BatchResponse(BaseModel):
 
 
 class EpisodeStore:
-    """Per-episode tool state, least recently used dropped first (bounded memory)."""
+    """Per-episode tool state, least recently used dropped first, bounded in count and in bytes.
 
-    def __init__(self, capacity: int = 100_000) -> None:
+    Bytes matter as much as the count: a client picks its scope's size and grows its search path, so
+    100,000 episodes of a few KiB each would be gigabytes. An invalid id, graph_type or scope is never
+    stored: the state returned carries the typed error (``refused``) that the toolbox answers with.
+    """
+
+    def __init__(self, capacity: int = 100_000, max_bytes: int | None = None,
+                 scope_max_bytes: int | None = None) -> None:
+        defaults = ToolParams()
         self.capacity = capacity
-        self._states: OrderedDict[str, EpisodeState] = OrderedDict()
+        self.max_bytes = defaults.episodes_max_bytes if max_bytes is None else max_bytes
+        self.scope_max_bytes = defaults.scope_max_bytes if scope_max_bytes is None else scope_max_bytes
+        self.nbytes = 0
+        self._states: OrderedDict[str, tuple[EpisodeState, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, episode_id: str | None, graph_type: str | None, scope: Scope | None = None) -> EpisodeState:
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def get(self, episode_id: object, graph_type: object, scope: object = None) -> EpisodeState:
         """The episode's state (a fresh one without an id); a ``scope`` given replaces the episode's."""
+        refusal = field_error("episode_id", episode_id) or field_error("graph_type", graph_type)
+        checked = None if refusal else checked_scope(scope, self.scope_max_bytes)
+        if isinstance(checked, ToolError):
+            refusal = checked
+        if refusal is not None:
+            return EpisodeState(refused=refusal)
+        assert isinstance(graph_type, str | None) and isinstance(checked, Scope | None)
         if episode_id is None:
-            return EpisodeState(graph_type=graph_type, scope=scope)
+            return EpisodeState(graph_type=graph_type, scope=checked)
+        assert isinstance(episode_id, str)
         with self._lock:
-            state = self._states.pop(episode_id, None) or EpisodeState(graph_type=graph_type)
-            if scope is not None:
-                state.scope = scope
-            self._states[episode_id] = state
-            while len(self._states) > self.capacity:
-                self._states.popitem(last=False)
+            entry = self._states.pop(episode_id, None)
+            if entry is None:
+                state = EpisodeState(graph_type=graph_type)
+            else:
+                state = entry[0]
+                self.nbytes -= entry[1]
+            if checked is not None:
+                state.scope = checked
+            # measured now, i.e. with the path its previous calls grew (a search adds one bounded frame)
+            size = state.nbytes() + sys.getsizeof(episode_id)
+            self._states[episode_id] = (state, size)
+            self.nbytes += size
+            while self._states and (len(self._states) > self.capacity or self.nbytes > self.max_bytes):
+                _, (_, dropped) = self._states.popitem(last=False)
+                self.nbytes -= dropped
             return state
 
     def drop(self, episode_id: str) -> bool:
+        """Forget an episode (its scope and search path are freed)."""
         with self._lock:
-            return self._states.pop(episode_id, None) is not None
+            entry = self._states.pop(episode_id, None)
+            if entry is not None:
+                self.nbytes -= entry[1]
+            return entry is not None
+
+
+def _encodable(result: ToolResult) -> bool:
+    try:
+        result.model_dump_json()
+    except ValueError:
+        return False
+    return True
 
 
 class BodySizeLimit:
@@ -102,13 +163,45 @@ class BodySizeLimit:
         await response(scope, receive, send)
 
 
-def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: int = 2_000_000) -> FastAPI:
-    app = FastAPI(title="omne KG tool server", version="1", description=__doc__)
-    episodes = EpisodeStore()
-    bearer = HTTPBearer(auto_error=False)
+def _json(model: BaseModel, fallback: BaseModel) -> bytes:
+    """``model`` as JSON bytes, or ``fallback``'s if it cannot be encoded (never a 500 for one bad string)."""
+    try:
+        return model.model_dump_json().encode("utf-8")
+    except ValueError:  # pydantic_core's PydanticSerializationError, UnicodeEncodeError
+        log.exception("could not encode a tool result")
+        return fallback.model_dump_json().encode("utf-8")
 
-    def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if token and (credentials is None or not secrets.compare_digest(credentials.credentials, token)):
+
+def _unencodable() -> ToolResult:
+    error = ToolError(type=ErrorType.SERVER_ERROR, message="the tool result could not be encoded as JSON")
+    return ToolResult(name="", arguments={}, ok=False, error_type=error.type, content=error.render())
+
+
+def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: int = 2_000_000) -> FastAPI:
+    limits = toolbox.tool_params
+    episodes = EpisodeStore(max_bytes=limits.episodes_max_bytes, scope_max_bytes=limits.scope_max_bytes)
+    # tool calls run here, never on the event loop nor on the shared threadpool that sync endpoints use:
+    # /health and the request plumbing stay responsive however many batches are queued
+    pool = ThreadPoolExecutor(max_workers=limits.server_threads, thread_name_prefix="omne-tools")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="omne KG tool server", version="1", description=__doc__, lifespan=lifespan)
+    app.state.episodes, app.state.pool = episodes, pool
+    bearer = HTTPBearer(auto_error=False)
+    expected = token.encode("utf-8") if token else None
+
+    async def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if expected is None:
+            return
+        try:  # header values arrive decoded as latin-1: encoding back gives the bytes sent, whatever they are
+            given = credentials.credentials.encode("latin-1") if credentials is not None else None
+        except UnicodeEncodeError:
+            given = None
+        if given is None or not secrets.compare_digest(given, expected):
             raise HTTPException(status_code=401, detail="missing or wrong bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})
 
@@ -116,39 +209,61 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
         episode = episodes.get(request.episode_id, request.graph_type, request.scope)
         return toolbox.call(request.call, graph_type=request.graph_type, episode=episode)
 
+    def run_one(request: CallRequest) -> bytes:
+        return _json(run(request), _unencodable())
+
+    def run_batch(request: BatchRequest) -> bytes:
+        results = [run(item) for item in request.calls]
+        return _json(BatchResponse(results=results),
+                     BatchResponse(results=[r if _encodable(r) else _unencodable() for r in results]))
+
+    async def on_pool(fn: Any, request: BaseModel) -> Response:
+        body = await asyncio.get_running_loop().run_in_executor(pool, fn, request)
+        return Response(content=body, media_type="application/json")
+
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        """Liveness, the domains that can answer now (built), and every registered one."""
+    async def health() -> dict[str, Any]:
+        """Liveness, the domains that can answer now (built), and every registered one; never waits for tool work."""
         return {"status": "ok", "domains": toolbox.built_domains(), "registered": toolbox.domain_names}
 
     @app.get("/v1/domains", dependencies=[Depends(authorised)])
     def domains() -> list[dict[str, Any]]:
-        listed = []
+        """Every registered domain; one that cannot answer yet (not built) is listed with ``built: false``."""
+        listed: list[dict[str, Any]] = []
         for name in toolbox.domain_names:
-            graph = toolbox.graph(name)
-            listed.append({"name": name, "entities": graph.num_entities, "relations": int(graph.rel_src.size),
-                           "directed": graph.directed, "indexed": graph.vectors is not None})
+            try:
+                graph = toolbox.graph(name)
+            except (FileNotFoundError, ValueError) as exc:  # not built yet (ArtifactMissingError), a bad entry
+                listed.append({"name": name, "built": False, "detail": toolbox.public(printable(str(exc)))})
+                continue
+            except Exception as exc:  # noqa: BLE001 - an unreadable artifact must not make the listing a 500
+                log.exception("domain %s could not be loaded", name)
+                listed.append({"name": name, "built": False, "detail": f"could not be loaded: {type(exc).__name__}"})
+                continue
+            listed.append({"name": name, "built": True, "entities": graph.num_entities,
+                           "relations": int(graph.rel_src.size), "directed": graph.directed,
+                           "indexed": graph.vectors is not None})
         return listed
 
     @app.get("/v1/tools", dependencies=[Depends(authorised)])
-    def tools() -> list[dict[str, Any]]:
+    async def tools() -> list[dict[str, Any]]:
         return [spec.json_schema() for spec in toolbox.specs.values()]
 
-    @app.post("/v1/tools/call", dependencies=[Depends(authorised)])
-    def call(request: CallRequest) -> ToolResult:
-        return run(request)
+    @app.post("/v1/tools/call", dependencies=[Depends(authorised)], response_model=ToolResult)
+    async def call(request: CallRequest) -> Response:
+        return await on_pool(run_one, request)
 
-    @app.post("/v1/tools/batch", dependencies=[Depends(authorised)])
-    def batch(request: BatchRequest) -> BatchResponse:
-        return BatchResponse(results=[run(item) for item in request.calls])
+    @app.post("/v1/tools/batch", dependencies=[Depends(authorised)], response_model=BatchResponse)
+    async def batch(request: BatchRequest) -> Response:
+        return await on_pool(run_batch, request)
 
     @app.delete("/v1/episodes/{episode_id}", dependencies=[Depends(authorised)])
-    def end_episode(episode_id: str) -> dict[str, bool]:
+    async def end_episode(episode_id: str) -> dict[str, bool]:
         return {"dropped": episodes.drop(episode_id)}
 
     @app.exception_handler(ValueError)
     async def value_error(_: Request, exc: ValueError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=400)
+        return JSONResponse({"detail": toolbox.public(printable(str(exc)))}, status_code=400)
 
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     return app

@@ -12,19 +12,25 @@ Tools without a ``graph_type`` argument act on the episode's graph (given with t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
+import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipelines.agent.calls import ErrorType, Param, ToolCall, ToolError, ToolSpec, bind_call, parse_call
+from pipelines.agent.calls import (ErrorType, Param, ToolCall, ToolError, ToolSpec, bind_call, is_valid_unicode,
+                                   parse_call, printable)
 from pipelines.agent.kg_view import DomainGraph, manifest_signature
 from pipelines.config import Params
 from pipelines.domains import RegistryError, load_registry
@@ -102,13 +108,126 @@ class Scope(BaseModel):
     hops: int = Field(2, ge=0, le=4)
 
 
+SEARCH_PATH_FRAMES = 128  # search steps an episode remembers for backtracking (its memory stays bounded)
+REQUEST_FIELD_MAX_CHARS = 200  # graph_type and episode_id are names, never text
+
+
 @dataclass
 class EpisodeState:
-    """Per-episode memory of the search tool (for backtracking) and the episode's scope; one per rollout."""
+    """Per-episode memory of the search tool (for backtracking) and the episode's scope; one per rollout.
+
+    ``refused`` is set on an episode that could not be opened (an invalid id, graph_type or scope):
+    every call of it then returns that typed error instead of running.
+    """
 
     graph_type: str | None = None
     path: list[Frame] = field(default_factory=list)
     scope: Scope | None = None  # None: the whole graph
+    refused: ToolError | None = None
+
+    def nbytes(self) -> int:
+        """Estimated memory held (what a store of many episodes bounds in bytes)."""
+        size = 200 + (sys.getsizeof(self.graph_type) if self.graph_type else 0)
+        if self.scope is not None:
+            size += 200 + sum(sys.getsizeof(seed) + 8 for seed in self.scope.seeds)
+        for frame in self.path:
+            size += 150 + sys.getsizeof(frame.question) + 36 * len(frame.candidates)
+        return size
+
+
+def field_error(name: str, value: object, max_chars: int = REQUEST_FIELD_MAX_CHARS) -> ToolError | None:
+    """Why a request-level text field (graph_type, episode_id) cannot be used, as a typed tool error:
+    such a field comes from a client, not from the model's text, yet must never raise or reach JSON."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return _error(ErrorType.INVALID_ARGUMENT, f"{name} must be a string or null, got {type(value).__name__}")
+    if len(value) > max_chars:
+        return _error(ErrorType.INVALID_ARGUMENT, f"{name} is longer than {max_chars} characters")
+    if not is_valid_unicode(value):
+        return _error(ErrorType.INVALID_ARGUMENT, f"{name} is not valid Unicode (it contains a lone surrogate)")
+    return None
+
+
+def checked_scope(scope: object, max_bytes: int) -> Scope | ToolError | None:
+    """``scope`` as a Scope (a dict is validated), or why it is refused. Its size is bounded in bytes,
+    not only in seeds: an episode keeps its scope, so a client could otherwise grow server memory at will."""
+    if scope is None:
+        return None
+    if not isinstance(scope, Scope):
+        try:
+            scope = Scope.model_validate(scope)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'scope'}: {e['msg']}" for e in exc.errors()[:3])
+            return _error(ErrorType.INVALID_ARGUMENT, f"invalid scope: {problems}")
+    size = 0
+    for seed in scope.seeds:
+        if not is_valid_unicode(seed):
+            return _error(ErrorType.INVALID_ARGUMENT, "a scope seed is not valid Unicode (it contains a lone surrogate)")
+        size += len(seed.encode("utf-8"))
+    if size > max_bytes:
+        return _error(ErrorType.INVALID_ARGUMENT, f"the scope's seeds total {size} bytes, more than the "
+                      f"{max_bytes} allowed (tools.scope_max_bytes)")
+    return scope
+
+
+def relative_paths(text: str, root: Path, artifacts: Path | None = None) -> str:
+    """``text`` with the project root's absolute path taken out (paths relative to it), and an artifacts
+    folder outside the root shown as ``<artifacts>``: error texts go to clients, not only to logs."""
+    prefixes: dict[str, str] = {}
+    if artifacts is not None:
+        for folder in (artifacts, artifacts.resolve()):
+            if not folder.resolve().is_relative_to(root.resolve()):
+                prefixes[str(folder)] = "<artifacts>"
+    for folder in (root, root.resolve()):
+        if folder.parent != folder:  # never the filesystem root itself
+            prefixes[str(folder)] = "."
+    for prefix in sorted(prefixes, key=len, reverse=True):
+        text = text.replace(prefix + os.sep, "" if prefixes[prefix] == "." else prefixes[prefix] + os.sep)
+        text = text.replace(prefix, prefixes[prefix])
+    return text
+
+
+class ByteLRU:
+    """A thread-safe least-recently-used cache bounded by the (estimated) bytes of its entries: a bound
+    on the entry count bounds nothing when clients choose the entries' sizes. An entry larger than the
+    whole budget is not kept."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            if size > self.max_bytes:
+                return
+            self._entries[key] = (value, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.nbytes -= dropped
+
+    def clear(self, keep: Callable[[Hashable], bool] | None = None) -> None:
+        """Drop every entry (or those whose key ``keep`` rejects)."""
+        with self._lock:
+            for key in [k for k in self._entries if keep is None or not keep(k)]:
+                self.nbytes -= self._entries.pop(key)[1]
 
 
 @dataclass(frozen=True)
@@ -138,11 +257,14 @@ def subgraph_entities(graph: DomainGraph, seeds: Iterable[int], hops: int) -> fr
 
 
 def _error(kind: ErrorType, message: str) -> ToolError:
-    return ToolError(type=kind, message=message)
+    return ToolError(type=kind, message=printable(message))
 
 
 def _clip(text: str, limit: int | None = 300) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+_TOOLBOXES: weakref.WeakSet[KGToolbox] = weakref.WeakSet()  # for _clear_query_caches
 
 
 class KGToolbox:
@@ -159,7 +281,9 @@ class KGToolbox:
         self._lock = threading.Lock()
         self._encoder = encoder
         self._reload_check_seconds = reload_check_seconds
-        self._scopes: OrderedDict[tuple, Allowed] = OrderedDict()  # resolved scopes, least recently used first
+        # query vectors ("query", text) and resolved scopes ("scope", ...), least recently used dropped first
+        self._cache = ByteLRU(self.tool_params.cache_max_bytes)
+        _TOOLBOXES.add(self)
         self._handlers: dict[str, Callable[[DomainGraph, dict[str, Any], EpisodeState], str | ToolError]] = {
             "entity_matcher": self._entity_matcher, "node_info": self._node_info,
             "get_head_relations": self._head_relations, "get_tail_relations": self._tail_relations,
@@ -175,9 +299,18 @@ class KGToolbox:
             self._encoder = Encoder(self.params.index)  # queries are cached in memory (_embed), not on disk
         return self._encoder
 
-    @lru_cache(maxsize=65536)  # noqa: B019 - one toolbox per process; queries repeat a lot in RL
     def _embed(self, text: str) -> np.ndarray:
-        return self.encoder.encode([text])[0]
+        """The text's vector, cached (queries repeat a lot in RL) within tools.cache_max_bytes."""
+        key = ("query", text)
+        vector = self._cache.get(key)
+        if vector is None:
+            vector = self.encoder.encode([text])[0]
+            self._cache.put(key, vector, sys.getsizeof(text) + vector.nbytes + 300)
+        return vector
+
+    def public(self, text: str) -> str:
+        """An error text fit for a client: paths relative to the project root."""
+        return relative_paths(text, self.params.root, self.params.artifacts_dir)
 
     def built_domains(self) -> list[str]:
         return [name for name in self.domain_names
@@ -213,12 +346,33 @@ class KGToolbox:
     # ----- entry points --------------------------------------------------------------------------------
     def call(self, call: object, *, graph_type: str | None = None,
              episode: EpisodeState | None = None) -> ToolResult:
-        """Parse/validate and execute one call (text, JSON-like dict or ToolCall); never raises."""
+        """Parse/validate and execute one call (text, JSON-like dict or ToolCall); never raises.
+
+        The request's own fields (graph_type, the episode's id and scope) are checked first: a bad one
+        is a typed error result like a bad call, whether it came over HTTP or in-process."""
         parsed = self.parse(call)
-        if isinstance(parsed, ToolError):
-            return ToolResult(name="", arguments={}, ok=False, error_type=parsed.type, content=parsed.render(),
-                              graph_type=graph_type)
-        return self.execute(parsed, graph_type=graph_type, episode=episode)
+        refusal = self.request_error(graph_type, episode)
+        if refusal is None and not isinstance(parsed, ToolError):
+            return self.execute(parsed, graph_type=graph_type, episode=episode)
+        error = refusal or parsed
+        assert isinstance(error, ToolError)
+        name, arguments = (parsed.name, parsed.arguments) if isinstance(parsed, ToolCall) else ("", {})
+        return ToolResult(name=name, arguments=arguments, ok=False, error_type=error.type, content=error.render(),
+                          graph_type=None if refusal else graph_type)
+
+    def request_error(self, graph_type: object, episode: EpisodeState | None) -> ToolError | None:
+        """Why the request around a call cannot be served (None: it can); a dict scope becomes a Scope."""
+        if episode is not None and episode.refused is not None:
+            return episode.refused
+        refusal = field_error("graph_type", graph_type)
+        if refusal is None and episode is not None:
+            refusal = field_error("graph_type", episode.graph_type)
+        if refusal is None and episode is not None and episode.scope is not None:
+            scope = checked_scope(episode.scope, self.tool_params.scope_max_bytes)
+            if isinstance(scope, ToolError):
+                return scope
+            episode.scope = scope
+        return refusal
 
     def parse(self, call: object) -> ToolCall | ToolError:
         """Any form of call, checked against the tool specs exactly as a written call is."""
@@ -245,9 +399,11 @@ class KGToolbox:
         except Exception as exc:  # a bug must not crash a rollout: report it as a typed error
             log.exception("tool %s failed", call.name)
             outcome = _error(ErrorType.SERVER_ERROR, f"the tool failed: {type(exc).__name__}")
+        if not (isinstance(target, str) and is_valid_unicode(target)):
+            target = None  # only a name can be echoed back (call() refuses the rest before this)
         if isinstance(outcome, ToolError):
             return ToolResult(name=call.name, arguments=call.arguments, ok=False, error_type=outcome.type,
-                              content=outcome.render(), graph_type=target)
+                              content=self.public(outcome.render()), graph_type=target)
         return ToolResult(name=call.name, arguments=call.arguments, ok=True, content=outcome, graph_type=target)
 
     def _run(self, call: ToolCall, target: str | None, episode: EpisodeState) -> str | ToolError:
@@ -270,19 +426,16 @@ class KGToolbox:
         """The entities of ``graph`` inside ``scope`` (None: no scope, everything); cached per graph version."""
         if scope is None:
             return None
-        key = (graph.name, graph.signature, tuple(scope.seeds), scope.hops)
-        with self._lock:
-            found = self._scopes.get(key)
-            if found is not None:
-                self._scopes.move_to_end(key)
-                return found
+        # keyed by a digest, not the seeds: the cache must not keep a client's strings alive after its episode
+        digest = hashlib.sha256(json.dumps(scope.seeds, ensure_ascii=False).encode("utf-8", "replace")).digest()
+        key = ("scope", graph.name, graph.signature, digest, scope.hops)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
         seeds = [i for i in (graph.lookup(name) for name in scope.seeds) if i is not None]
         members = subgraph_entities(graph, seeds, scope.hops)
         found = Allowed(members=members, ids=np.array(sorted(members), dtype=np.int64))
-        with self._lock:
-            self._scopes[key] = found
-            while len(self._scopes) > 4096:
-                self._scopes.popitem(last=False)
+        self._cache.put(key, found, sys.getsizeof(members) + 32 * len(members) + found.ids.nbytes + 400)
         return found
 
     def _nearest(self, graph: DomainGraph, vector: np.ndarray, k: int,
@@ -435,6 +588,7 @@ class KGToolbox:
         candidates = list(dict.fromkeys(graph.other_end(r, entity) for r in triples))
         episode.path.append(Frame(entity=entity, question=question,
                                   candidates=[c for c in candidates if c not in visited]))
+        del episode.path[:-SEARCH_PATH_FRAMES]  # backtracking reaches this far back at most
         if not triples:
             return f'{header}No triples found for "{graph.names[entity]}".'
         lines = [f'{header}Triples of "{graph.names[entity]}" relevant to the question:']
@@ -464,3 +618,13 @@ class KGToolbox:
             parent = episode.path[-1]
             parent.next = max(parent.next, parent.candidates.index(entity) + 1)
         return self._expand(graph, entity, question, episode, "")
+
+
+def _clear_query_caches() -> None:
+    """Empty every toolbox's query-vector cache, as ``KGToolbox._embed.cache_clear()`` did when it was an
+    lru_cache (benchmarks start each run cold with it)."""
+    for toolbox in list(_TOOLBOXES):
+        toolbox._cache.clear(keep=lambda key: key[0] != "query")  # noqa: SLF001
+
+
+KGToolbox._embed.cache_clear = _clear_query_caches  # type: ignore[attr-defined]
