@@ -12,7 +12,7 @@ during the stage, minus the RSS just before it).
     .venv/bin/python bench/kg_build.py --domains chemistry  # one domain + the synthetic graph
     .venv/bin/python bench/kg_build.py --domains --skip-synthetic-index   # synthetic graph, no embedding
 
-See bench/README.md for what each stage measures.
+See docs/benchmarks.md for what each stage measures.
 """
 
 from __future__ import annotations

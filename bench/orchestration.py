@@ -27,7 +27,7 @@ The asset bodies do not pass ``force``: before every variant (outside the timing
 artifact folder is deleted, and for entity_index also the embedding disk cache
 (``artifacts/cache/embeddings``, ``--keep-embedding-cache`` to keep it), so that all three do the
 full work. Overhead = dagster - library (wall time, best run of each), split into the asset body's
-extra work (body - library) and Dagster's run machinery (dagster - body). Target (issue 10; printed
+extra work (body - library) and Dagster's run machinery (dagster - body). Target (printed
 as PASS/MISS, never asserted): overhead below 15% of the library time for stages whose library time
 is over 10 s; for shorter stages the fixed cost of a run (run storage, event log) is a larger share
 and no target applies. torch runs with ``--threads`` 1 (the encoder of entity_index) in every variant.
@@ -258,7 +258,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "entity_index, seed_subgraphs, qa_pairs, gold_paths, then qa_dataset) built by the library "
                     "function directly (force=True), by the asset body invoked directly, and by dg.materialize "
                     "of the asset, in turn, on a throw-away copy of the project.",
-        epilog="Target (issue 10; PASS/MISS, never asserted): Dagster's overhead below 15%% of the stage time "
+        epilog="Target (PASS/MISS, never asserted): Dagster's overhead below 15%% of the stage time "
                "for stages over 10 s.",
         formatter_class=RawHelpFormatter)
     parser.add_argument("--domain", default="geography", help="registry domain (the partition) to build")

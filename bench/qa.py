@@ -20,7 +20,7 @@ turn, best of N (the machines are noisy: absolute timings move with the load, ra
    ``CachedChatClient`` over a fresh folder: a cold run, and a rerun answered from the cache (the
    server must see no request).
 
-See bench/README.md for the method and the results.
+See docs/benchmarks.md for the method and the results.
 """
 
 from __future__ import annotations

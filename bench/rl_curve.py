@@ -1,4 +1,4 @@
-"""A longer RL run on CPU than make run's: does the mean reward rise? (issue 9's CPU result)
+"""A longer RL run on CPU than make run's: does the mean reward rise? (the stage-3 CPU result in docs/results.md)
 
 Trains one RL stage with the project's params, some sizes overridden here, into
 artifacts/models/<name>/ (the same function as `omne rl`), then prints the reward per step, the

@@ -19,7 +19,7 @@ same protocol (``omne``) and the same in-process KG tools (``InProcessToolClient
 Both use the local client as it is: with its prefix cache (the shared system prompt and each episode's
 earlier rounds are not recomputed; the client's store is emptied before every timed run), a static
 cache and decode chunks. ``--compare-plain`` also times both on the plain path (the client before
-issue 7) in the same process, and compares their trajectories with the cached ones.
+the prefix cache) in the same process, and compares their trajectories with the cached ones.
 
 Reported: questions/s (= samples/s: one rollout per question), generated tokens/s, prompt
 tokens/s, KG calls/s, model turns, the time inside ``generate`` and inside the tools, and whether
@@ -27,7 +27,7 @@ the trajectories (messages) are the same in both (greedy); where they differ, wh
 top-2 logit margin of the model at the first differing token). Target (PASS/MISS, never asserted):
 batched >= 5x the sequential questions/s.
 
-See bench/README.md for the method and the results.
+See docs/benchmarks.md for the method and the results.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class GenerateRecorder:
 
 @contextmanager
 def plain_path(client: Any, plain: bool) -> Iterator[None]:
-    """``plain``: the local client as before issue 7: no prefix cache (nor its static cache and decode
+    """``plain``: the local client without the prefix cache: no prefix cache (nor its static cache and decode
     chunks), and the stop-string criteria built anew by ``generate`` at every call."""
     if not plain or not hasattr(client, "prefix_cache"):
         yield
@@ -369,7 +369,7 @@ def render(results: dict[str, Any]) -> str:
                    f"batches) batched would be {steady:.2f}x sequential.")
     if plain:
         out.append(f"plain = the client without its prefix cache, static cache or decode chunks, stop-string criteria "
-                   f"rebuilt at every generate call (the code before issue 7): batched {plain['speedup']:.2f}x "
+                   f"rebuilt at every generate call (the code before the prefix cache): batched {plain['speedup']:.2f}x "
                    f"sequential there; the prefix cache path is {plain['gain_sequential']:.2f}x faster sequential, "
                    f"{plain['gain_batched']:.2f}x batched; batched with the cache is {plain['batched_vs_plain_sequential']:.2f}x "
                    f"the plain sequential loop.")
@@ -478,7 +478,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compare-plain", action="store_true",
                         help="also time both engines on the plain path (the local client without its prefix cache, "
                              "static cache and decode chunks, stop-string criteria rebuilt at every generate call: "
-                             "the code before issue 7), in turn with the others, and compare the trajectories")
+                             "the code before the prefix cache), in turn with the others, and compare the trajectories")
     parser.add_argument("--diagnose", type=int, default=5, metavar="N",
                         help="differing trajectories to explain (first differing token, top-2 logits at it)")
     parser.add_argument("--require-same", action="store_true",

@@ -29,7 +29,7 @@ collation, forward and backward of every micro-batch, optimizer step and the log
 step: everything a training loop pays). Runs alternate weighted, plain, weighted, plain, ...
 (``--rounds`` of each); reported per model: seconds per optimizer step, tokens/s (tokens of the
 batches, padding excluded), process CPU seconds per step, and the ratio weighted / plain of the step
-time in each round and its median. Target (issue 8; PASS/MISS, never asserted): the weighted
+time in each round and its median. Target (PASS/MISS, never asserted): the weighted
 think-loss costs <= 5% over plain SFT on SmolLM2.
 
 The same on a tiny random llama (``tests/model_support.build_tiny_llama``: 2 layers of width 64, a
@@ -39,7 +39,7 @@ the conversations into ~3x as many tokens (the system prompt alone is ~1,400; at
 assistant token is left and TRL drops every example), so it runs at ``--tiny-max-length`` (2048:
 ~600 assistant tokens per conversation, the first think spans closed) rather than ``--max-length``.
 
-See bench/README.md for the method and the results.
+See docs/benchmarks.md for the method and the results.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 log = logging.getLogger("bench.sft")
 
-TARGET_OVERHEAD = 0.05  # weighted step time <= 1.05 x plain (issue 8), on the real model
+TARGET_OVERHEAD = 0.05  # weighted step time <= 1.05 x plain, on the real model
 QUICK = {"conversations": 8, "max_length": 512, "tiny_max_length": 2048, "steps": 4, "warmup_steps": 1,
          "rounds": 2}
 RUNS = ("weighted", "plain")
@@ -393,7 +393,7 @@ def render_table(results: dict[str, Any]) -> str:
         detail = [f"cpu time {m['median_cpu_ratio'] - 1.0:+.1%}"] if m["median_cpu_ratio"] is not None else []
         if m.get("extra_work_share") is not None:
             detail.append(f"extra work timed apart {m['extra_work_share']:+.3%}")
-        lines.append(f"  {verdict}  weighted think-loss overhead <= {TARGET_OVERHEAD:.0%} (issue 8)   "
+        lines.append(f"  {verdict}  weighted think-loss overhead <= {TARGET_OVERHEAD:.0%}    "
                      f"{name:<9} wall {overhead:+.1%}" + (f"  ({'; '.join(detail)})" if detail else ""))
     load = results["load_average"]
     lines.append(f"\n{results['machine']['cpu_cores']} CPU cores; load average at start "
@@ -407,7 +407,7 @@ def render_table(results: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=RawHelpFormatter,
-                                     epilog="See bench/README.md for the method and the results.")
+                                     epilog="See docs/benchmarks.md for the method and the results.")
     parser.add_argument("--quick", action="store_true",
                         help="the quick sizes (the default): 8 conversations, max length 512 (tiny model 2048), "
                              "1 warm-up + 4 timed steps, 2 rounds; options given explicitly still win")

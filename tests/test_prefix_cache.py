@@ -1,4 +1,4 @@
-"""The local backend's prefix cache (issue 7): prompts that share a system prompt, or repeat an earlier
+"""The local backend's prefix cache: prompts that share a system prompt, or repeat an earlier
 round's conversation, reuse its key/value states instead of recomputing them, and generate the same
 tokens as without the cache. A tiny random llama (tests/model_support.py): no files, no hub."""
 

@@ -31,7 +31,7 @@ SMOLLM2_TEMPLATE = (
 
 
 def conversation(i: int, *, think: bool = True) -> dict:
-    """A ShareGPT SFT conversation as DESIGN.md has it (two rounds: a tool call, then the answer)."""
+    """A ShareGPT SFT conversation as docs/architecture.md has it (two rounds: a tool call, then the answer)."""
     first = "<think>I look up Mars first.</think>\n" if think else ""
     second = "<think>Phobos orbits Mars.</think>\n" if think else ""
     return {"id": f"c{i}", "graph_type": "solar", "question": "Which moon orbits Mars?", "golden_answer": "Phobos",

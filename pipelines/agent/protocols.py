@@ -1,5 +1,5 @@
 """Agent protocols: the tags, prompts and turn parsing of each seed system, so that one rollout
-engine serves them all (DESIGN.md, "The agent protocol").
+engine serves them all (docs/architecture.md, "The agent protocol").
 
 - ``omne`` (seed 000): numbered rules and the tools' JSON schemas in the system prompt; each round
   ``<think>…</think>`` then ``<tool_call>node_info(...)</tool_call>`` or ``<answer>…</answer>``; tool

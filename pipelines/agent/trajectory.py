@@ -1,4 +1,4 @@
-"""The record of one agent episode (DESIGN.md "Trajectory"): what evaluation scores, what RL rewards
+"""The record of one agent episode (docs/architecture.md, "Data contracts"): what evaluation scores, what RL rewards
 and what SFT data is built from. Messages use OpenAI chat roles; tool responses keep the role the
 protocol gives them (the omne protocol sends them back as a user message) plus ``tool_calls``
 entries that say what was called and whether it worked.

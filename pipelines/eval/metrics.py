@@ -1,4 +1,4 @@
-"""Evaluation metrics (issue 7): answer quality, efficiency and behaviour of agent trajectories.
+"""Evaluation metrics (docs/evaluation.md, "Metrics"): answer quality, efficiency and behaviour of agent trajectories.
 
 Plain functions over :class:`~pipelines.agent.trajectory.Trajectory` records, so that the evaluation
 runner, RL reward code and notebooks all compute the same numbers. Three families:

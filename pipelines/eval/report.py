@@ -1,4 +1,4 @@
-"""The evaluation report (DESIGN.md "Eval report"): artifacts/reports/<run>/ holds
+"""The evaluation report (docs/evaluation.md, "Reports"): artifacts/reports/<run>/ holds
 
 - ``metrics.json``: a flat ``summary`` of the main numbers first, then the whole :class:`EvalMetrics`
   (:func:`read_metrics` reads it back); ``summary.json``: the flat numbers alone (em, f1, hit1,

@@ -1,7 +1,7 @@
 """Stage-2 SFT (seed paper 000, section 3.4): multi-turn tool conversations -> a LoRA adapter or a
 fully fine-tuned model, trained with the weighted think-loss (``pipelines.train.think_loss``).
 
-The SFT conversations are ShareGPT records (DESIGN.md): ``system`` plus ``conversations`` of
+The SFT conversations are ShareGPT records (docs/architecture.md, "Data contracts"): ``system`` plus ``conversations`` of
 ``human`` / ``gpt`` / ``observation`` turns. They become TRL's conversational ``messages`` (system,
 then human -> user, gpt -> assistant, observation -> user: tool responses come back to the agent as
 user messages holding ``<tool_response>``), rendered by the base model's own chat template with

@@ -1,0 +1,49 @@
+"""The docs users get with a clone: the README stays a user's page, nothing points outside the repository,
+and every relative link in README.md and docs/ resolves to a file (and a heading) that exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import PROJECT_ROOT
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+DOCS = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "bench" / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
+    headings = re.findall(r"^#+\s+(.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_readme_is_a_users_page() -> None:
+    lines = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 320
+    assert lines[0] == "# omne" and any(line == "## Quick start" for line in lines)
+
+
+def test_nothing_refers_outside_the_repository() -> None:
+    tracked = [p for p in PROJECT_ROOT.rglob("*") if p.is_file() and p.suffix in {".py", ".md", ".yaml", ".toml"}
+               and not any(part.startswith(".") or part in {"artifacts", "__pycache__"}
+                           for part in p.relative_to(PROJECT_ROOT).parts)]
+    offenders = [str(p.relative_to(PROJECT_ROOT)) for p in tracked
+                 if re.search(r"\.\./shared|DESIGN\.md", p.read_text(encoding="utf-8", errors="replace"))
+                 and p.name != "test_docs.py"]
+    assert offenders == []
+
+
+def test_relative_links_resolve() -> None:
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(doc.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), file, mailto: not ours to check
+            path_part, _, anchor = target.partition("#")
+            resolved = (doc.parent / path_part).resolve() if path_part else doc
+            if not resolved.exists():
+                broken.append(f"{doc.relative_to(PROJECT_ROOT)}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                broken.append(f"{doc.relative_to(PROJECT_ROOT)}: {target} (no such heading)")
+    assert broken == []
