@@ -44,7 +44,9 @@ from _common import (ROOT, RawHelpFormatter, args_record, load_average, load_lin
 SECTIONS = ("imports", "llm", "server", "dvc", "project")
 PEAK_RSS_TARGET_MB = 6 * 1024
 DVC_REPRO_TARGET_S = 60.0
-DATA_STAGES = ("kg", "index", "seeds", "pairs", "gold")  # the folders of the per-domain DVC stages, in order
+# the per-domain DVC stages, in order, with the artifact folder each writes (its pause point)
+DATA_STAGES = {"knowledge_graph": "kg", "entity_index": "index", "seed_subgraphs": "seeds", "qa_pairs": "pairs",
+               "gold_paths": "gold"}
 PAUSE_TIMEOUT_S = 600.0
 
 
@@ -115,9 +117,9 @@ def _half_written(root: Path) -> list[str]:
     return bad
 
 
-def _kill_dvc_at(root: Path, point: str) -> bool:
-    """Start `dvc repro qa_dataset` paused at ``point``; SIGKILL its process group there. False if never reached."""
-    process = subprocess.Popen([_venv_tool("dvc"), "repro", "qa_dataset"], cwd=root,
+def _kill_dvc_at(root: Path, stage: str, point: str) -> bool:
+    """Start `dvc repro STAGE` paused at ``point``; SIGKILL its process group there. False if never reached."""
+    process = subprocess.Popen([_venv_tool("dvc"), "repro", stage], cwd=root,
                                env=_env(OMNE_PAUSE_AT=point, OMNE_PAUSE_S="600"), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     reached = False
@@ -141,13 +143,13 @@ def run_dvc_probe(entities: int = 2000, relations: int = 8000) -> dict[str, Any]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="omne-dvc-probe-") as tmp:
         root = _dvc_project(Path(tmp) / "killed", entities, relations)
-        points = [f"replace:{stage}/synth" for stage in DATA_STAGES]
+        points = {f"{stage}@synth": f"replace:{folder}/synth" for stage, folder in DATA_STAGES.items()}
         not_reached, half_written = [], 0
-        for point in points:
-            if not _kill_dvc_at(root, point):
+        for stage, point in points.items():  # each kill lands in the stage after the last one killed
+            if not _kill_dvc_at(root, stage, point):
                 not_reached.append(point)
             half_written += len(_half_written(root))
-        resumed = _run(root, _venv_tool("dvc"), "repro", "qa_dataset")
+        resumed = _run(root, _venv_tool("dvc"), "repro", "qa_dataset", "entity_index@synth")
         failed_resume = int(resumed.returncode != 0 or bool(_half_written(root))
                             or not (root / "artifacts" / "qa" / "dataset" / "manifest.json").is_file())
 
@@ -158,7 +160,7 @@ def run_dvc_probe(entities: int = 2000, relations: int = 8000) -> dict[str, Any]
         repro_start = time.perf_counter()
         repro = _run(fresh, _venv_tool("dvc"), "repro", "qa_dataset")  # the stages `--skip-eval` builds
         repro_s = time.perf_counter() - repro_start
-    return {"kill_points": len(points), "points": points, "points_not_reached": not_reached,
+    return {"kill_points": len(points), "points": list(points.values()), "points_not_reached": not_reached,
             "half_written_after_kill": half_written, "failed_resumes": failed_resume,
             "resumed_stages": _ran_stages(resumed.stdout), "repro_after_run_s": round(repro_s, 1),
             "repro_after_run_reran": _ran_stages(repro.stdout), "repro_after_run_exit": repro.returncode,

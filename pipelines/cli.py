@@ -37,7 +37,7 @@ class OmneGroup(click.Group):
 @click.option("--params", "params_path", type=click.Path(dir_okay=False), envvar="OMNE_PARAMS",
               help="params.yaml to use (default: the nearest params.yaml upwards from here).")
 @click.option("--profile", envvar="OMNE_PROFILE",
-              help="Profile of params.yaml to apply: quick (default, CPU minutes) or paper (seed paper sizes, GPU).")
+              help="Profile of params.yaml to apply: quick (default, CPU minutes) or paper (Omne-R1 paper sizes, GPU).")
 @click.option("-v", "--verbose", is_flag=True, help="Log what each step does.")
 @click.pass_context
 def cli(ctx: click.Context, params_path: str | None, profile: str | None, verbose: bool) -> None:
@@ -304,7 +304,7 @@ def qa_seeds(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
 @qa.command("generate")
 @click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
 @click.option("--generator", type=click.Choice(["template", "llm"]),
-              help="template: offline, deterministic; llm: the seed paper's prompts (default: qa.generator).")
+              help="template: offline, deterministic; llm: the Omne-R1 paper's prompts (default: qa.generator).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N pairs per bucket (1/2-hop, 3+) per domain.")
 @click.option("--force", is_flag=True, help="Regenerate even when inputs and params are unchanged.")
 @click.pass_context
@@ -376,7 +376,7 @@ def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.pass_context
 def qa_stats(ctx: click.Context, as_json: bool) -> None:
-    """Per-domain statistics of the built QA dataset (like the seed paper's Table 1)."""
+    """Per-domain statistics of the built QA dataset (like the Omne-R1 paper's Table 1)."""
     from pipelines.lineage import read_manifest
     from pipelines.qa.build import qa_dir
 

@@ -44,7 +44,7 @@ def print_domain_table(rows: list[DomainRow]) -> None:
 
 
 def print_qa_stats(stats: dict[str, Any]) -> None:
-    """The QA dataset per domain: buckets, splits, hops and question length (the seed paper's Table 1)."""
+    """The QA dataset per domain: buckets, splits, hops and question length (the Omne-R1 paper's Table 1)."""
     table = _table("omne QA dataset", ["domain", "1/2-hop", "3+", "total", "train", "val", "test",
                                        "hops 1/2/3/4+", "words/q"], ("domain",))
     for domain, row in stats.get("domains", {}).items():

@@ -1,4 +1,4 @@
-"""The weighted think-loss (seed paper 000, Algorithm 1) and the SFT trainer built on TRL's SFTTrainer.
+"""The weighted think-loss (Omne-R1 paper, Algorithm 1) and the SFT trainer built on TRL's SFTTrainer.
 
 Tiny random llamas (tests/model_support.py) keep this fast: the loss is checked against a by-hand
 token loop, against TRL's own assistant-only loss at weight 1.0, across gradient accumulation, and a

@@ -83,7 +83,7 @@ def failed(toolbox: KGToolbox, call: object, kind: ErrorType, **kwargs: object) 
 
 # ----- entity_matcher ---------------------------------------------------------------------------------
 def test_entity_matcher_lists_the_top_five_with_descriptions(toolbox: KGToolbox) -> None:
-    box = variant(toolbox, entity_matcher_top_k=5)  # the seed paper's five (params.yaml's quick value is 3)
+    box = variant(toolbox, entity_matcher_top_k=5)  # the Omne-R1 paper's five (params.yaml's quick value is 3)
     lines = ok(box, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")
     assert lines[0] == "Found 5 entities matching 'Jupiter':"
     assert lines[1] == "1. Entity: Jupiter Description: Gas giant and the largest planet."

@@ -115,6 +115,6 @@ def sft_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
 @dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[stage3_rl_model], pool=GPU_POOL,
           op_tags=GPU_TAGS)
 def stage3_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
-    """The stage-3 RL model with tools on the same test sample (seed paper Table 6: against the SFT model)."""
+    """The stage-3 RL model with tools on the same test sample (Omne-R1 paper Table 6: against the SFT model)."""
     params = omne.params()
     return _evaluation(params, str(params.artifacts_dir / "models" / "rl-stage3"), "rl-stage3-tools")

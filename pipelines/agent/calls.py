@@ -64,7 +64,7 @@ class ToolSpec(BaseModel):
     params: tuple[Param, ...]
 
     def json_schema(self) -> dict[str, Any]:
-        """OpenAI function schema, as the seed paper's prompt lists tools inside <tools></tools>."""
+        """OpenAI function schema, as the Omne-R1 paper's prompt lists tools inside <tools></tools>."""
         return {"type": "function", "function": {
             "name": self.name, "description": self.description,
             "parameters": {"type": "object",

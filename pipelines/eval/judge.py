@@ -1,4 +1,4 @@
-"""The optional LLM judge of evaluation (the seed paper's answer check for free-form answers): the
+"""The optional LLM judge of evaluation (the Omne-R1 paper's answer check for free-form answers): the
 question, the gold answer(s) and the prediction go in, a verdict with its reasoning comes out.
 
 Exact match stays the headline metric; the judge's accuracy is reported beside it, and each verdict is

@@ -4,7 +4,7 @@ Plain functions over :class:`~pipelines.agent.trajectory.Trajectory` records, so
 runner, RL reward code and notebooks all compute the same numbers. Three families:
 
 * answer quality per question (:func:`score_trajectories`) and per group (:func:`aggregate`,
-  :func:`group_scores`): EM after whitespace strip (the seed paper's metric), SQuAD-normalised EM,
+  :func:`group_scores`): EM after whitespace strip (the Omne-R1 paper's metric), SQuAD-normalised EM,
   answer-set F1 and Hit@1 on predictions split into answer sets (:func:`answer_set`);
 * KG-R1's efficiency protocol (:func:`efficiency`): tokens, latency, throughput, KG calls;
 * behaviour (:func:`behaviour`): format errors, repeated / invalid calls, tool distributions,
@@ -63,7 +63,7 @@ _MAX_SPAN = 6  # pieces a resolver may glue back together into one entity ("Pari
 
 
 def exact_match(prediction: str | None, golds: Sequence[str]) -> bool:
-    """The seed paper's EM: the prediction equals a gold answer after whitespace strip (nothing else)."""
+    """The Omne-R1 paper's EM: the prediction equals a gold answer after whitespace strip (nothing else)."""
     if prediction is None:
         return False
     pred = prediction.strip()

@@ -10,7 +10,7 @@ class Scores(BaseModel):
     """Answer quality over a group of questions (means over questions, in [0, 1])."""
 
     n: int = 0
-    em: float = 0.0  # exact match after whitespace strip (the seed paper's metric)
+    em: float = 0.0  # exact match after whitespace strip (the Omne-R1 paper's metric)
     norm_em: float = 0.0  # exact match after SQuAD-style normalisation (case, punctuation, articles)
     f1: float = 0.0  # answer-set F1 (answers split, normalised, deduped, resolved to KG entities)
     hit1: float = 0.0  # the first predicted answer is a gold answer

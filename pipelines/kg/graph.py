@@ -1,7 +1,7 @@
 """Graph statistics on the undirected sparse adjacency (scipy), fast enough for 100k-entity graphs.
 
 ``ball_sizes`` is the size of every node's depth-d BFS neighbourhood: it decides which entities can
-seed a QA subgraph (the seed paper keeps depth-3 subgraphs of 20-400 nodes).
+seed a QA subgraph (the Omne-R1 paper keeps depth-3 subgraphs of 20-400 nodes).
 """
 
 from __future__ import annotations

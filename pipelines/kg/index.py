@@ -1,6 +1,6 @@
 """Entity index: a LanceDB table (id, name, description, text, vector) per domain.
 
-It backs ``entity_matcher`` (cosine similarity of name embeddings, as the seed paper) and the
+It backs ``entity_matcher`` (cosine similarity of name embeddings, as the Omne-R1 paper) and the
 fallback look-up of the other tools. Search is exact below ``ann_min_rows`` entities; above, an
 IVF-PQ index is built and queries re-rank ``refine_factor`` x k candidates with exact distances.
 """
@@ -38,7 +38,7 @@ def index_dir(artifacts: Path, domain: str) -> Path:
 
 
 def entity_texts(kg: KnowledgeGraph, params: IndexParams) -> list[str]:
-    """What is embedded per entity: its name (the seed paper), or name and description."""
+    """What is embedded per entity: its name (the Omne-R1 paper), or name and description."""
     names = kg.entities["name"].to_list()
     if params.text == "name":
         return names

@@ -52,7 +52,7 @@ def assign_splits(pairs: list[QAPair], qa: QAParams) -> list[QAPair]:
 
 
 def dataset_stats(pairs: list[QAPair]) -> dict[str, Any]:
-    """Per-domain counts like the seed paper's Table 1 (1/2-hop vs 3+), per split, and hop histograms."""
+    """Per-domain counts like the Omne-R1 paper's Table 1 (1/2-hop vs 3+), per split, and hop histograms."""
     domains: dict[str, dict[str, Any]] = {}
     for domain in sorted({p.domain for p in pairs}):
         mine = [p for p in pairs if p.domain == domain]

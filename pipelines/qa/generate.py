@@ -200,7 +200,7 @@ def _request(messages: list[dict[str, str]], llm: LLMParams, tag: str, temperatu
 def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: QAParams, llm: LLMParams,
                        domain: str, client: ChatClient, targets: dict[Bucket, int],
                        progress: bool = True) -> GenerationResult:
-    """The seed paper's generation loop: generate, check rules, judge, retry with feedback."""
+    """The Omne-R1 paper's generation loop: generate, check rules, judge, retry with feedback."""
     from pipelines.llm.structured import complete_json_many
 
     tasks = [_Task(sub=sub, bucket=bucket, prompt=prompts.generation_prompt(domain, sub.seed_name, bucket,

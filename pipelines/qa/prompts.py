@@ -1,6 +1,6 @@
 """Prompts of LLM question generation, the retry block, the judge and gold-path verification.
 
-They follow the requirements of the seed paper's appendix (subgraph shown as
+They follow the requirements of the Omne-R1 paper's appendix (subgraph shown as
 ``Relations(entity_1 - entity_2: the relation):`` lines, the answer the only node that fits, 2-3
 path nodes for 1/2-hop and 4 or more for 3+, one comprehensive English question, JSON only); the
 wording is ours.
@@ -26,7 +26,7 @@ TWO_HOP_HINTS = """Question types that work well (HotpotQA-style 2-hop questions
 
 
 def subgraph_lines(triples: list[tuple[str, str, str]], descriptions: dict[str, str] | None = None) -> str:
-    """The subgraph as the seed paper shows it to the generator."""
+    """The subgraph as the Omne-R1 paper shows it to the generator."""
     lines = ["Relations(entity_1 - entity_2: the relation):"]
     lines += [f"{head} - {tail}: {keywords}" for head, keywords, tail in triples]
     if descriptions:

@@ -1,6 +1,6 @@
 """Seed subgraphs: entities whose depth-d BFS ball has min..max nodes, and the ball's node set.
 
-The seed paper samples a seed entity, takes its depth-3 subgraph and keeps it when it has 20-400
+The Omne-R1 paper samples a seed entity, takes its depth-3 subgraph and keeps it when it has 20-400
 nodes; the generator then writes questions whose path lies inside it. Balls are computed for many
 seeds at once by sparse matrix products (one per hop), not one BFS per seed.
 """

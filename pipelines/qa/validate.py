@@ -1,6 +1,6 @@
 """Rule checks of a generated QA pair, run before any LLM judge (and alone for the template generator).
 
-The seed paper's rule: the path is connected in the KG and contains the answer. Our stricter
+The Omne-R1 paper's rule: the path is connected in the KG and contains the answer. Our stricter
 default (``qa.strict_path``) also wants the path to start at the seed and end at the answer. The
 question must name the start entity and none of the other path entities. Each failure comes back
 as feedback text, which is what the retry prompt shows the generator.

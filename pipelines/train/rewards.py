@@ -72,7 +72,7 @@ class RewardOptions(BaseModel):
     """The tunable constants of every reward, with the papers' defaults (params select and override)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    answer_match: Literal["exact", "normalised"] = "exact"  # EM as the seed paper (strip) or SQuAD-normalised
+    answer_match: Literal["exact", "normalised"] = "exact"  # EM as the Omne-R1 paper (strip) or SQuAD-normalised
     # Omne-R1 (000)
     result_floor: float = Field(0.1, ge=0.0, le=1.0)  # stage 1: R_format × (floor + (1 − floor)·EM)
     repetition_penalty: float = Field(0.1, ge=0.0)  # stage 3: per repeated tool call

@@ -1,4 +1,4 @@
-"""SFT conversations (stage 2 data, seed paper 000 appendix A), in ShareGPT form:
+"""SFT conversations (stage 2 data, Omne-R1 paper appendix A), in ShareGPT form:
 
     {id, graph_type, question, golden_answer, system, tools,
      conversations: [{from: human|gpt|observation, value}, ...]}

@@ -1,4 +1,4 @@
-"""The think-weight sweep (seed paper 000, Table 5): one SFT model per think-loss weight, each evaluated
+"""The think-weight sweep (Omne-R1 paper, Table 5): one SFT model per think-loss weight, each evaluated
 on the same test sample, so accuracy and training loss can be read against the weight.
 
 Writes artifacts/reports/think_sweep/ (sweep.json for `dvc metrics`/`dvc plots`, sweep.png, manifest.json);

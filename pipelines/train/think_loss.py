@@ -1,4 +1,4 @@
-"""The weighted think-loss of stage-2 SFT (seed paper 000, section 3.4, Algorithm 1).
+"""The weighted think-loss of stage-2 SFT (Omne-R1 paper, section 3.4, Algorithm 1).
 
 Every assistant token is a training target; the tokens of a reasoning span — from the ``<think>``
 token through the ``</think>`` token, both included, found in the labels — count ``think_weight``
@@ -80,7 +80,7 @@ def think_spans(input_ids: torch.Tensor, assistant_mask: torch.Tensor, think_ope
 
 def think_weights(input_ids: torch.Tensor, assistant_mask: torch.Tensor, think_open_id: int, think_close_id: int,
                   think_weight: float) -> torch.Tensor:
-    """Per-token loss weights (float32, the shape of ``input_ids``), Algorithm 1 of seed paper 000:
+    """Per-token loss weights (float32, the shape of ``input_ids``), Algorithm 1 of Omne-R1 paper:
     0 outside ``assistant_mask`` (prompts, tool responses, padding), ``think_weight`` on the think
     spans (``think_spans``: ``<think>`` through ``</think>``, tags included; an unclosed think keeps
     1), 1 on the rest of the assistant output."""
@@ -157,7 +157,7 @@ class ThinkWeightCollator:
 
 
 class ThinkWeightedSFTTrainer(SFTTrainer):
-    """TRL's ``SFTTrainer`` with the weighted think-loss (seed paper 000, Algorithm 1).
+    """TRL's ``SFTTrainer`` with the weighted think-loss (Omne-R1 paper, Algorithm 1).
 
     Same arguments as ``SFTTrainer`` plus ``think_weight`` and the two tag strings, which must be
     single tokens of the processing class. Use it with ``assistant_only_loss=True`` (so that prompts
