@@ -12,20 +12,23 @@ adds no duplicate history. Registered as the `dagster` entry point of group `omn
 from __future__ import annotations
 
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from dagster_project.defs.evaluation import eval_report
-from dagster_project.defs.kg import entity_index, knowledge_graph
-from dagster_project.defs.metadata import data_version
-from dagster_project.defs.partitions import add_missing_partitions, registry_domains
-from dagster_project.defs.qa import gold_paths, qa_dataset, qa_pairs, seed_subgraphs
-from dagster_project.defs.resources import OmneResource
-from dagster_project.defs.training import (sft_conversations, sft_eval_report, sft_model, stage1_rl_model,
-                                           stage3_eval_report, stage3_rl_model)
+with warnings.catch_warnings():  # partitioned asset checks are a preview feature: said once by the UI, not per run
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+    from dagster_project.defs.evaluation import eval_report
+    from dagster_project.defs.kg import entity_index, knowledge_graph
+    from dagster_project.defs.metadata import data_version
+    from dagster_project.defs.partitions import add_missing_partitions, registry_domains
+    from dagster_project.defs.qa import gold_paths, qa_dataset, qa_pairs, seed_subgraphs
+    from dagster_project.defs.resources import OmneResource
+    from dagster_project.defs.training import (sft_conversations, sft_eval_report, sft_model, stage1_rl_model,
+                                               stage3_eval_report, stage3_rl_model)
 from pipelines.config import Params
 from pipelines.lineage import read_manifest
 from pipelines.run import BuiltArtifact
@@ -37,9 +40,23 @@ ASSETS: dict[str, dg.AssetsDefinition] = {a.key.to_user_string(): a for a in (
     sft_conversations, sft_model, sft_eval_report, stage1_rl_model, stage3_rl_model, stage3_eval_report)}
 
 
+INSTANCE_CONFIG = """\
+# Written by `omne run` for the project's own Dagster instance (the folder is git-ignored). The defaults
+# (SQLite storage in this folder) otherwise; telemetry off: these machines are offline.
+telemetry:
+  enabled: false
+"""
+
+
 def instance_home(params: Params) -> Path:
-    """$DAGSTER_HOME, else the project's .dagster_home (what the Makefile exports for `make dagster`)."""
-    return Path(os.environ.get("DAGSTER_HOME") or params.root / ".dagster_home")
+    """$DAGSTER_HOME, else the project's .dagster_home (what the Makefile exports for `make dagster`); a new
+    folder gets a dagster.yaml (an existing one is never touched)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or params.root / ".dagster_home")
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(INSTANCE_CONFIG, encoding="utf-8")
+    return home
 
 
 def latest_data_version(instance: dg.DagsterInstance, asset: str, partition: str | None) -> str | None:
@@ -67,7 +84,6 @@ def unrecorded(instance: dg.DagsterInstance, built: list[BuiltArtifact]) -> list
 def record_builds(params: Params, params_file: Path | None, built: list[BuiltArtifact]) -> str:
     """Materialize, on the project's instance, the assets of ``built`` that it does not know yet."""
     home = instance_home(params)
-    home.mkdir(parents=True, exist_ok=True)
     resources = {"omne": OmneResource(params_path=str(params_file or ""), profile=params.profile)}
     with dg.DagsterInstance.from_config(str(home)) as instance:
         add_missing_partitions(instance, registry_domains(params))
