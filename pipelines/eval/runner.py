@@ -196,6 +196,8 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
         toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
         toolbox.load_all()
     chat = client or load_agent_model(model, params, endpoint=endpoint)
+    if client is None and hasattr(chat, "prefix_store"):  # the local backend: its prefix store sized by params
+        chat.prefix_store.max_bytes = params.agent.prefix_cache_mb << 20
     the_protocol = make_protocol(params, protocol, baseline)
     tool_client = tools or InProcessToolClient(toolbox) if the_protocol.uses_tools else None
     engine_params = RolloutParams(max_new_tokens=params.agent.max_new_tokens,
@@ -237,7 +239,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
         inputs = {relative_path(qa_dir(params.artifacts_dir, "dataset") / f, params.root): sha
                   for f, sha in (dataset.files.items() if dataset else []) if f in (f"{split}.jsonl", GOLD_FILE)}
     shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": split, "limit": limit,
-               "agent": params.section("agent"), "eval": params.section("eval"), "profile": params.profile,
+               "agent": _agent_settings(params), "eval": params.section("eval"), "profile": params.profile,
                "wall_time_s": round(time.perf_counter() - started, 2)}
     summary = external.summary(params.root) if external is not None else None
     if summary is not None:
@@ -258,7 +260,7 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     folder = params.artifacts_dir / "reports" / name
     manifest = read_manifest(folder)
     identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
-    wanted = {"agent": params.section("agent"), "eval": params.section("eval"), "tools": params.section("tools"),
+    wanted = {"agent": _agent_settings(params), "eval": params.section("eval"), "tools": params.section("tools"),
               "profile": params.profile,
               "model": identity, **{k: v for k, v in options.items() if isinstance(v, str | int | None)}}
     dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
@@ -273,6 +275,11 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
         manifest.metadata["cache_key"] = _cache_key(wanted, dataset.files)
         write_manifest(folder, manifest)
     return result
+
+
+def _agent_settings(params: Params) -> dict[str, Any]:
+    """The agent section as it shapes a report: without prefix_cache_mb (memory only; replies are the same)."""
+    return params.agent.model_dump(mode="json", exclude={"prefix_cache_mb"})
 
 
 def _cache_key(settings: dict[str, Any], dataset_files: dict[str, str]) -> str:

@@ -129,7 +129,11 @@ class _Entry:
 class PrefixStore:
     """Key/value states of token sequences, kept across ``generate`` calls for their prefixes (LRU,
     at most ``max_bytes``). ``match`` finds the stored sequence sharing the longest prefix with a
-    prompt; a sequence that is a prefix of a newly stored one is dropped (the new one serves it)."""
+    prompt; a sequence that is a prefix of a newly stored one is dropped (the new one serves it).
+
+    An entry's size is the whole of every storage its tensors view (a slice of a longer tensor keeps
+    all of it alive), so ``nbytes`` never understates what the store holds; an entry larger than the
+    budget is not kept (``max_bytes`` 0: nothing is)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -203,7 +207,7 @@ class TransformersChatClient:
 
     def __init__(self, model_path: str | Path, *, name: str | None = None, batch_size: int = 8,
                  device: str = "auto", dtype: str | None = None, prefix_cache: bool = True,
-                 prefix_cache_mb: int = 2048, decode_chunk: int = 4, prefill_group: int = 16,
+                 prefix_cache_mb: int = 512, decode_chunk: int = 4, prefill_group: int = 16,
                  loaded: tuple[Any, Any] | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -503,7 +507,9 @@ class TransformersChatClient:
                 if len(ids) > 1:
                     keys[index, :, width - len(ids):] = row[layer][0][0]
                     values[index, :, width - len(ids):] = row[layer][1][0]
+                    row[layer] = None  # copied: freed now unless the store keeps it (the batch's states exist once)
             cache.update(keys, values, layer)
+            del keys, values
         self.prefill_stats["seconds"] += time.perf_counter() - start
         return cache
 
@@ -569,6 +575,7 @@ class TransformersChatClient:
                 smaller = StaticCache(config=self.lm.config, max_cache_len=cache.layers[0].max_cache_len)
                 for layer_index, layer in enumerate(cache.layers):
                     smaller.update(layer.keys[index, :, :length], layer.values[index, :, :length], layer_index)
+                    layer.keys = layer.values = None  # copied: the batch's states exist once, not twice
                 cache, ids, mask = smaller, output[index], mask[index]
                 active = [active[j] for j in keep]
             else:

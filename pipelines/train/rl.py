@@ -182,6 +182,7 @@ class ToolRollouts:
     max_length: int
     last: list[Trajectory] = field(default_factory=list)
     calls: int = 0
+    prefix_cache_mb: int = 512  # the rollout client's prefix store (agent.prefix_cache_mb)
 
     def task_for(self, prompt: list[dict[str, str]]) -> Task:
         return self.tasks[prompt[-1]["content"]]
@@ -193,7 +194,8 @@ class ToolRollouts:
         the weights are fixed."""
         from pipelines.llm.local import TransformersChatClient
 
-        client = TransformersChatClient.from_model(model, self.tokenizer, name="policy", batch_size=len(tasks))
+        client = TransformersChatClient.from_model(model, self.tokenizer, name="policy", batch_size=len(tasks),
+                                                   prefix_cache_mb=self.prefix_cache_mb)
         engine = RolloutEngine(client, self.protocol, self.tools, RolloutParams(
             max_new_tokens=self.stage.max_new_tokens, temperature=temperature, batch_size=len(tasks), seed=seed),
             name=self.protocol.name)
@@ -310,6 +312,40 @@ def _whiten(values: Any, mask: Any) -> Any:
     return (values - mean) * (var + 1e-8).rsqrt() * mask
 
 
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+MEMORY_KEYS = ("micro_batch", "logprob_chunk_tokens")  # RL settings that bound memory, never the result
+
+
+def trim_completion_padding(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A micro-batch without the completion columns that are padding in all of its rows (TRL pads every
+    completion of the generation batch to the longest one). Those columns are masked out of attention and
+    loss and come after every real token, which a causal model never lets earlier positions see: the
+    log-probabilities, the loss and the gradient are the same; only the padding's activations (and time)
+    go. Every 2-D tensor as wide as the completion (ids, masks, per-token advantages, old log-probabilities,
+    PPO values and returns) is cut alike; the prompt is left as it is (positions unchanged)."""
+    import torch
+
+    mask = inputs.get("completion_mask")
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
+        return inputs
+    width = mask.shape[1]
+    used = mask.bool().any(dim=0).nonzero()
+    keep = int(used[-1]) + 1 if used.numel() else 1
+    if keep >= width:
+        return inputs
+    out = dict(inputs)
+    for key, value in inputs.items():
+        if key not in PROMPT_KEYS and isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] == width:
+            out[key] = value[:, :keep]
+    return out
+
+
+def micro_batch_size(rollouts: int, wanted: int) -> int:
+    """Rollouts per forward/backward pass: the largest divisor of a step's ``rollouts`` that is at most ``wanted``
+    (TRL splits a generation batch into equal micro-batches)."""
+    return max(d for d in range(1, min(rollouts, wanted) + 1) if rollouts % d == 0)
+
+
 def _trainer_classes() -> tuple[type, type]:
     """GRPOTrainer subclasses, built lazily (importing TRL costs seconds)."""
     import torch
@@ -361,6 +397,10 @@ def _trainer_classes() -> tuple[type, type]:
         def _get_train_sampler(self, dataset: Any = None) -> Any:
             return _SkippingSampler(super()._get_train_sampler(dataset), self)
 
+        def _prepare_inputs(self, generation_batch: Any) -> Any:
+            inputs = super()._prepare_inputs(generation_batch)
+            return trim_completion_padding(inputs) if self.model.training else inputs
+
         def start_epoch(self, epoch: int) -> None:
             """KG-Reasoner's hard-case resampling: from the second epoch on, train only on the multi-hop questions
             the policy still finds hard (its loss on the question's gold-path SFT conversation above a threshold)."""
@@ -385,6 +425,7 @@ def _trainer_classes() -> tuple[type, type]:
             self.value_model = value_model.to(self.accelerator.device)
             self.value_optimizer = torch.optim.AdamW(
                 [p for p in self.value_model.parameters() if p.requires_grad], lr=self.stage.value_learning_rate)
+            self._value_loss_window = 0.0
 
         def _values(self, inputs: dict[str, Any]) -> Any:
             ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -398,13 +439,17 @@ def _trainer_classes() -> tuple[type, type]:
             mask = output["completion_mask"].float()
             if "tool_mask" in output:
                 mask = mask * output["tool_mask"].float()
-            with torch.no_grad():
-                values = self._values(output).float() * mask
+            with torch.no_grad():  # a micro-batch of rows at a time (the same width: the same values)
+                size = self.args.per_device_train_batch_size
+                keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+                values = torch.cat([self._values({k: output[k][i:i + size] for k in keys})
+                                    for i in range(0, output["prompt_ids"].shape[0], size)]).float() * mask
             rewards = self._last_rewards.to(values.device)
             advantages, returns = gae_advantages(rewards, values, mask, gamma=self.stage.gamma,
                                                  lam=self.stage.gae_lambda)
             output["advantages"] = _whiten(advantages, mask)
             output["returns"], output["old_values"] = returns, values
+            output["value_mask_total"] = mask.sum()  # the value loss's denominator over every micro-batch
             return output
 
         def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
@@ -418,12 +463,19 @@ def _trainer_classes() -> tuple[type, type]:
             clipped = inputs["old_values"] + (values - inputs["old_values"]).clamp(-self.stage.epsilon,
                                                                                     self.stage.epsilon)
             value_loss = 0.5 * torch.max((values - inputs["returns"]) ** 2, (clipped - inputs["returns"]) ** 2)
-            value_loss = (value_loss * mask).sum() / mask.sum().clamp(min=1)
-            self.value_optimizer.zero_grad()
+            # the masked mean over the whole step's rollouts, accumulated over its micro-batches: one critic step
+            # per policy step, on the gradient of that mean (as with the step in one micro-batch)
+            total = inputs.get("value_mask_total")
+            count = mask.sum() if total is None else total.to(mask.device).float()
+            value_loss = (value_loss * mask).sum() / count.clamp(min=1)
             value_loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.value_model.parameters(), self.args.max_grad_norm)
-            self.value_optimizer.step()
-            self._metrics["train"]["value_loss"].append(float(value_loss.detach()))
+            self._value_loss_window += float(value_loss.detach())
+            if self.accelerator.sync_gradients:
+                torch.nn.utils.clip_grad_norm_(self.value_model.parameters(), self.args.max_grad_norm)
+                self.value_optimizer.step()
+                self.value_optimizer.zero_grad()
+                self._metrics["train"]["value_loss"].append(self._value_loss_window)
+                self._value_loss_window = 0.0
             return loss
 
     return ToolGRPOTrainer, PPOToolTrainer
@@ -530,6 +582,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.lineage import fingerprint, new_manifest, read_manifest, relative_path, sha256_files, write_manifest
     from pipelines.llm.local import model_identity
     from pipelines.qa.build import qa_dir
+    from pipelines.train.memory import fused_logprob_tokens, release_memory
     from pipelines.train.sft import use_bf16
 
     settings: RLStageParams = getattr(params.rl, f"stage{stage}")
@@ -538,7 +591,11 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
               "start_model": model_identity(start_folder)}
-    shaping = {"stage": stage, "rl": settings.model_dump(mode="json"), "agent": params.section("agent"),
+    # memory knobs leave the model as it is: out of the fingerprint (recorded in the manifest's metadata)
+    memory = {"micro_batch": settings.micro_batch, "logprob_chunk_tokens": settings.logprob_chunk_tokens,
+              "prefix_cache_mb": params.agent.prefix_cache_mb}
+    shaping = {"stage": stage, "rl": settings.model_dump(mode="json", exclude=set(MEMORY_KEYS)),
+               "agent": params.agent.model_dump(mode="json", exclude={"prefix_cache_mb"}),
                "tools": params.section("tools")}
     existing = read_manifest(output)
     if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):
@@ -556,14 +613,17 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     model, tokenizer = load_policy(start_folder, params)
     toolbox = KGToolbox(params)
     rollouts = ToolRollouts(protocol=protocol, tools=InProcessToolClient(toolbox), tokenizer=tokenizer, stage=settings,
-                            tasks=tasks, max_length=settings.max_length)
+                            tasks=tasks, max_length=settings.max_length, prefix_cache_mb=params.agent.prefix_cache_mb)
     use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
+    rollouts_per_step = settings.questions_per_step * settings.num_generations
+    micro = micro_batch_size(rollouts_per_step, settings.micro_batch)
     config = GRPOConfig(
         output_dir=str(output.with_name(output.name + ".trainer")), max_steps=settings.max_steps,
         num_train_epochs=settings.epochs, learning_rate=settings.learning_rate, beta=settings.beta,
         epsilon=settings.epsilon, max_grad_norm=settings.max_grad_norm, num_generations=settings.num_generations,
-        per_device_train_batch_size=settings.questions_per_step * settings.num_generations,
-        gradient_accumulation_steps=1, temperature=settings.temperature, logging_steps=1, save_strategy="no",
+        # a step's rollouts in micro-batches (TRL's gradient accumulation over one generation batch: the same loss)
+        per_device_train_batch_size=micro, gradient_accumulation_steps=rollouts_per_step // micro,
+        temperature=settings.temperature, logging_steps=1, save_strategy="no",
         report_to="none", seed=settings.seed, bf16=use_bf16(settings.bf16, cuda=use_cuda), use_cpu=not use_cuda,
         max_completion_length=settings.max_length, disable_tqdm=not progress,
         reward_weights=settings.reward_weights, lr_scheduler_type="constant", warmup_steps=0,
@@ -587,7 +647,8 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     validation = validation_questions(params, settings)
     if validation and settings.val_questions:
         trainer.add_callback(ValidationEM(trainer, rollouts, validation, settings.eval_every))
-    trainer.train()
+    with fused_logprob_tokens(settings.logprob_chunk_tokens):
+        trainer.train()
 
     with atomic_directory(output) as tmp:
         policy = trainer.accelerator.unwrap_model(trainer.model)
@@ -602,8 +663,11 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         summary = rl_summary(history)
         manifest = new_manifest(f"rl_stage{stage}_model", files={}, inputs=inputs, params=shaping,
                                 rows={"questions": len(pairs), "steps": trainer.state.global_step},
-                                metadata={"start_model": relative_path(start_folder, params.root), **summary})
+                                metadata={"start_model": relative_path(start_folder, params.root), **summary,
+                                          "memory": memory})
         write_manifest(tmp, manifest)
+    del trainer, model, policy, rollouts, toolbox, common
+    release_memory()  # the next stage of the same process starts without this one's model and trainer
     return RLResult(folder=output, manifest=manifest)
 
 

@@ -1,4 +1,4 @@
-"""Stage-2 SFT (seed paper 000, section 3.4): multi-turn tool conversations -> a LoRA adapter or a
+"""Stage-2 SFT (Omne-R1 paper, section 3.4): multi-turn tool conversations -> a LoRA adapter or a
 fully fine-tuned model, trained with the weighted think-loss (``pipelines.train.think_loss``).
 
 The SFT conversations are ShareGPT records (docs/architecture.md, "Data contracts"): ``system`` plus ``conversations`` of
@@ -299,13 +299,15 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     from trl import SFTConfig
 
     from pipelines.llm.local import model_identity
+    from pipelines.train.memory import fused_logprob_tokens, release_memory
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer
 
     base_model_folder, output_folder = Path(base_model_folder), Path(output_folder)
     conversations = list(conversations)
     all_inputs = {**(inputs or {}), "conversations": conversations_sha256(conversations),
                   "base_model": model_identity(base_model_folder)}
-    shaping = params.model_dump(mode="json", exclude={"sweep_weights", "sweep_max_steps"})  # the sweep's, not this model's
+    # the sweep's, not this model's; logprob_chunk_tokens bounds memory and leaves the model as it is
+    shaping = params.model_dump(mode="json", exclude={"sweep_weights", "sweep_max_steps", "logprob_chunk_tokens"})
     if not force:
         manifest = read_manifest(output_folder)
         if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
@@ -362,7 +364,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         if len(prepared) == 0:
             raise ValueError(f"no SFT conversation fits max_length={params.max_length} (overlong=drop)")
         trainable_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-        output = trainer.train()
+        with fused_logprob_tokens(params.logprob_chunk_tokens):
+            output = trainer.train()
         history = list(trainer.state.log_history)
 
         if params.method == "lora":
@@ -408,6 +411,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                   "trainable_parameters": trainable_params, "steps": int(trainer.state.global_step)},
             metadata=metrics)
         write_manifest(tmp, manifest)
+    del trainer, model
+    release_memory()  # the next stage of the same process (make run) starts without this trainer and model
     log.info("SFT model written to %s (%s steps, final loss %s)", output_folder, metrics["steps"],
              metrics["final_loss"])
     return SFTResult(output_folder, manifest, skipped=False, metrics=metrics)
