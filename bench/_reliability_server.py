@@ -38,17 +38,17 @@ from typing import Any
 if str(Path(__file__).resolve().parent) not in sys.path:  # `_common` whether run from bench/ or imported
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import MB, ROOT, make_synthetic  # noqa: E402 - sets the offline environment first
-
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
+from _common import MB, ROOT, make_synthetic  # noqa: E402 - sets the offline environment first
 
 from pipelines.config import load_params  # noqa: E402
 from pipelines.domains import Domain, Registry, SourceSpec, load_registry, save_registry  # noqa: E402
 from pipelines.kg.build import build_entity_index, build_knowledge_graph  # noqa: E402
-from pipelines.kg.store import kg_dir, read_kg  # noqa: E402
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir
 
 log = logging.getLogger(__name__)
 

@@ -22,24 +22,38 @@ import logging
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timezone, UTC
 from pathlib import Path
 from typing import Any
-
-# first: sets the offline environment and puts the project root on sys.path
-from _common import (DEGREE_LAW, MB, ROOT, RESULTS_DIR, HelpFormatter, alternate, args_record, machine_info,
-                     measure, percentiles, ratio, setup_logging, with_rate, write_results)
-from _common import make_synthetic as _make_synthetic
 
 import networkx as nx
 import numpy as np
 import polars as pl
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (
+    DEGREE_LAW,
+    MB,
+    RESULTS_DIR,
+    ROOT,
+    HelpFormatter,
+    alternate,
+    args_record,
+    machine_info,
+    measure,
+    percentiles,
+    ratio,
+    setup_logging,
+    with_rate,
+    write_results,
+)
+from _common import make_synthetic as _make_synthetic
 from tqdm.auto import tqdm
 
 from pipelines.config import Params, load_params
 from pipelines.domains import SourceSpec, load_registry
+from pipelines.errors import KGSourceError
 from pipelines.kg.embed import Encoder
-from pipelines.kg.errors import KGSourceError
 from pipelines.kg.graph import ball_sizes, graph_stats
 from pipelines.kg.importers import import_source
 from pipelines.kg.index import EntityIndex, entity_texts, index_table, write_index
@@ -473,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, Any] = {
         "benchmark": "kg_build",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "params": {"profile": params.profile, "index": params.index.model_dump(), "seeds": params.seeds.model_dump()},
         "args": args_record(args),

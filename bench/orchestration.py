@@ -51,8 +51,19 @@ from pathlib import Path
 from typing import Any
 
 # first: sets the offline environment and puts the project root on sys.path
-from _common import (RESULTS_DIR, ROOT, RawHelpFormatter, Stage, args_record, load_average, machine_info, ratio,
-                     load_line, setup_logging, write_results)
+from _common import (
+    RESULTS_DIR,
+    ROOT,
+    RawHelpFormatter,
+    Stage,
+    args_record,
+    load_average,
+    load_line,
+    machine_info,
+    ratio,
+    setup_logging,
+    write_results,
+)
 
 warnings.filterwarnings("ignore", message=".*is currently in (preview|beta).*")  # the checks' partitions_def
 
@@ -65,8 +76,7 @@ from dagster_project.defs.resources import OmneResource
 from pipelines.config import PARAMS_ENV, Params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
-from pipelines.kg.index import index_dir
-from pipelines.kg.store import kg_dir
+from pipelines.layout import index_dir, kg_dir
 from pipelines.qa import build as qa_build
 
 log = logging.getLogger("bench.orchestration")

@@ -40,13 +40,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# first: sets the offline environment and puts the project root on sys.path
-from _common import (DEGREE_LAW, MB, RESULTS_DIR, ROOT, RawHelpFormatter, Stage, alternate, args_record, load_line,
-                     load_average, machine_info, make_synthetic, ratio, setup_logging, verdict, write_results)
-
 import httpx
 import networkx as nx
 import numpy as np
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (
+    DEGREE_LAW,
+    MB,
+    RESULTS_DIR,
+    ROOT,
+    RawHelpFormatter,
+    Stage,
+    alternate,
+    args_record,
+    load_average,
+    load_line,
+    machine_info,
+    make_synthetic,
+    ratio,
+    setup_logging,
+    verdict,
+    write_results,
+)
 from scipy import sparse
 
 from pipelines.config import Params, QAParams, load_params
@@ -54,11 +70,12 @@ from pipelines.domains import load_registry
 from pipelines.kg.graph import eligible_seeds
 from pipelines.kg.importers import import_source
 from pipelines.kg.model import KnowledgeGraph, assemble_graph
-from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import MANIFEST_NAME
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir
 from pipelines.llm.cache import CachedChatClient
 from pipelines.llm.openai_client import OpenAIChatClient
 from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
+from pipelines.manifest import MANIFEST_NAME
 from pipelines.qa import prompts
 from pipelines.qa.generate import BUCKETS, generate_llm_pairs, hop_choices
 from pipelines.qa.models import Bucket, SeedSubgraph

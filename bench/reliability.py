@@ -22,8 +22,6 @@ Sections (``--sections``, default all):
 
 from __future__ import annotations
 
-import _common  # noqa: F401 - offline environment and sys.path, before anything imports torch
-
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -37,9 +35,19 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import _common  # noqa: F401 - offline environment and sys.path, before anything imports torch
 import yaml  # noqa: E402
-from _common import (ROOT, RawHelpFormatter, args_record, load_average, load_line, machine_info,  # noqa: E402
-                     make_synthetic, verdict, write_results)
+from _common import (  # noqa: E402
+    ROOT,
+    RawHelpFormatter,
+    args_record,
+    load_average,
+    load_line,
+    machine_info,
+    make_synthetic,
+    verdict,
+    write_results,
+)
 
 SECTIONS = ("imports", "llm", "server", "dvc", "project")
 PEAK_RSS_TARGET_MB = 6 * 1024
@@ -98,7 +106,7 @@ def _dvc_project(root: Path, entities: int, relations: int) -> Path:
 def _half_written(root: Path) -> list[str]:
     """Artifact folders under their real names whose manifest is missing or lists a file that is absent or
     differs from its recorded hash (a LanceDB table folder is only checked to exist)."""
-    from pipelines.lineage import MANIFEST_NAME, read_manifest, sha256_file
+    from pipelines.manifest import MANIFEST_NAME, read_manifest, sha256_file
 
     bad = []
     artifacts = root / "artifacts"

@@ -44,11 +44,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# first: sets the offline environment and puts the project root on sys.path
-from _common import (MB, RESULTS_DIR, ROOT, RawHelpFormatter, Stage, args_record, load_average, machine_info,
-                     load_line, merge_runs, ratio, setup_logging, verdict, write_results)
-
 import torch
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (
+    MB,
+    RESULTS_DIR,
+    ROOT,
+    RawHelpFormatter,
+    Stage,
+    args_record,
+    load_average,
+    load_line,
+    machine_info,
+    merge_runs,
+    ratio,
+    setup_logging,
+    verdict,
+    write_results,
+)
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.models import load_agent_model

@@ -57,11 +57,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# first: sets the offline environment and puts the project root on sys.path
-from _common import (ROOT, RESULTS_DIR, RawHelpFormatter, args_record, cpu_seconds, load_average, machine_info,
-                     settle, setup_logging, write_results)
-
 import torch
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (
+    RESULTS_DIR,
+    ROOT,
+    RawHelpFormatter,
+    args_record,
+    cpu_seconds,
+    load_average,
+    machine_info,
+    settle,
+    setup_logging,
+    write_results,
+)
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 log = logging.getLogger("bench.sft")

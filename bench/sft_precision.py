@@ -26,10 +26,9 @@ import warnings
 from datetime import UTC, datetime
 from typing import Any
 
-from _common import RESULTS_DIR, args_record, load_average, machine_info, setup_logging, verdict, write_results
-
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
 import torch
+from _common import RESULTS_DIR, args_record, load_average, machine_info, setup_logging, verdict, write_results
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("bf16", "fp32")

@@ -47,11 +47,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# first: sets the offline environment and puts the project root on sys.path
-from _common import (DEGREE_LAW, RESULTS_DIR, ROOT, RawHelpFormatter, args_record, load_average, machine_info,
-                     load_line, setup_logging, verdict, write_results)
-from _common import make_synthetic as _make_synthetic
-
 import lancedb
 import networkx as nx
 import numpy as np
@@ -59,6 +54,22 @@ import threadpoolctl
 import torch
 import uvicorn
 import yaml
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (
+    DEGREE_LAW,
+    RESULTS_DIR,
+    ROOT,
+    RawHelpFormatter,
+    args_record,
+    load_average,
+    load_line,
+    machine_info,
+    setup_logging,
+    verdict,
+    write_results,
+)
+from _common import make_synthetic as _make_synthetic
 from tqdm.auto import tqdm
 
 from pipelines.agent.calls import ToolCall, format_call
@@ -70,9 +81,10 @@ from pipelines.config import Params, load_params
 from pipelines.domains import Domain, Registry, SourceSpec, load_registry, save_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.embed import Encoder
-from pipelines.kg.index import TABLE_NAME, EntityIndex, index_dir
-from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import MANIFEST_NAME
+from pipelines.kg.index import TABLE_NAME, EntityIndex
+from pipelines.kg.store import read_kg
+from pipelines.layout import index_dir, kg_dir
+from pipelines.manifest import MANIFEST_NAME
 
 log = logging.getLogger("bench.tools")
 TOP_K = 5

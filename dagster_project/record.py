@@ -27,10 +27,16 @@ with warnings.catch_warnings():  # partitioned asset checks are a preview featur
     from dagster_project.defs.partitions import add_missing_partitions, registry_domains
     from dagster_project.defs.qa import gold_paths, qa_dataset, qa_pairs, seed_subgraphs
     from dagster_project.defs.resources import OmneResource
-    from dagster_project.defs.training import (sft_conversations, sft_eval_report, sft_model, stage1_rl_model,
-                                               stage3_eval_report, stage3_rl_model)
+    from dagster_project.defs.training import (
+        sft_conversations,
+        sft_eval_report,
+        sft_model,
+        stage1_rl_model,
+        stage3_eval_report,
+        stage3_rl_model,
+    )
 from pipelines.config import Params
-from pipelines.lineage import read_manifest
+from pipelines.manifest import read_manifest
 from pipelines.run import BuiltArtifact
 
 RECORDED_BY_TAG = "omne/recorded_by"

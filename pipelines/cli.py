@@ -11,15 +11,14 @@ from pathlib import Path
 import click
 import httpx
 
-from pipelines.config import ConfigError, Params, load_params
-from pipelines.domains import Domain, RegistryError, check_domain_name, load_registry
-from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+from pipelines.config import Params, load_params
+from pipelines.domains import Domain, check_domain_name, load_registry
+from pipelines.errors import ArtifactMissingError, OmneError
 from pipelines.llm.base import LLMError
 from pipelines.tables import print_eval_table, print_qa_stats
 
-
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir", "text": "text"}
-USER_ERRORS = (ConfigError, RegistryError, KGSourceError, ArtifactMissingError, LLMError, httpx.HTTPError)
+USER_ERRORS = (OmneError, LLMError, httpx.HTTPError)  # one line and exit code 2, not a traceback
 
 
 class OmneGroup(click.Group):
@@ -204,7 +203,8 @@ def kg_stats(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 def kg_search(ctx: click.Context, name: str, query: str, k: int) -> None:
     """Find the entities of a domain whose names are most similar to QUERY (the entity index)."""
-    from pipelines.kg.index import EntityIndex, index_dir
+    from pipelines.kg.index import EntityIndex
+    from pipelines.layout import index_dir
 
     params = _params(ctx)
     load_registry(params.registry_path).get(name)
@@ -356,8 +356,8 @@ def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
 
     params = _params(ctx)
     registry = load_registry(params.registry_path)
-    from pipelines.lineage import read_manifest
-    from pipelines.qa.build import qa_dir
+    from pipelines.layout import qa_dir
+    from pipelines.manifest import read_manifest
 
     with_pairs = [d for d in registry.names if read_manifest(qa_dir(params.artifacts_dir, "pairs", d))]
     for domain in with_pairs:
@@ -377,8 +377,8 @@ def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
 @click.pass_context
 def qa_stats(ctx: click.Context, as_json: bool) -> None:
     """Per-domain statistics of the built QA dataset (like the Omne-R1 paper's Table 1)."""
-    from pipelines.lineage import read_manifest
-    from pipelines.qa.build import qa_dir
+    from pipelines.layout import qa_dir
+    from pipelines.manifest import read_manifest
 
     params = _params(ctx)
     manifest = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
@@ -599,7 +599,8 @@ def lineage_command(path: Path, as_json: bool, root: Path | None) -> None:
     params, code version, creation time. Exits 1 when anything in the chain is stale (an input changed since)."""
     from rich.console import Console
 
-    from pipelines.lineage import LineageError, audit_lineage, lineage_tree
+    from pipelines.errors import LineageError
+    from pipelines.lineage import audit_lineage, lineage_tree
 
     try:
         report = audit_lineage(path, root)

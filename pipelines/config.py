@@ -14,12 +14,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipelines.errors import ConfigError
+
 PARAMS_ENV = "OMNE_PARAMS"
 PROFILE_ENV = "OMNE_PROFILE"
-
-
-class ConfigError(ValueError):
-    """A params file that cannot be used; the message names the file and the offending key."""
 
 
 class _Section(BaseModel):
@@ -50,9 +48,9 @@ class SeedParams(_Section):
 
 
 class ToolParams(_Section):
-    entity_matcher_top_k: int = Field(5, ge=1, le=100)
-    node_info_max_neighbors: int | None = Field(60, ge=1)  # None: every neighbour (the Omne-R1 paper)
-    description_max_chars: int | None = Field(300, ge=20)  # entity/relation descriptions clipped to this; None: whole
+    entity_matcher_top_k: int = Field(3, ge=1, le=100)
+    node_info_max_neighbors: int | None = Field(15, ge=1)  # None: every neighbour (the Omne-R1 paper's)
+    description_max_chars: int | None = Field(80, ge=20)  # entity/relation descriptions clipped to this; None: whole
     search_top_relations: int = Field(3, ge=1)  # predicates kept by relevance to the question
     search_max_triples: int = Field(30, ge=1)
     kg_r1_max_items: int | None = Field(None, ge=1)  # cap of a KG-R1 list; None: all
@@ -90,7 +88,7 @@ class QAParams(_Section):
 
     generator: Literal["template", "llm"] = "template"
     random_seed: int = 0  # seed sampling, template paths and splits are deterministic given this
-    seeds_per_domain: int = Field(300, ge=1)  # seed subgraphs sampled per domain (from the eligible ones)
+    seeds_per_domain: int = Field(600, ge=1)  # seed subgraphs sampled per domain (from the eligible ones)
     one_two_hop_per_domain: int = Field(150, ge=0)  # target QA pairs of the 1/2-hop bucket per domain
     three_plus_per_domain: int = Field(150, ge=0)  # target QA pairs of the 3+ bucket per domain
     max_hops: int = Field(4, ge=3)  # longest path of a 3+ question (hops = path nodes - 1)
@@ -114,9 +112,9 @@ class AgentParams(_Section):
     mode: Literal["think", "no_think"] = "think"
     max_rounds: int = Field(7, ge=1)  # model turns per episode (the Omne-R1 paper: 7)
     kg_r1_max_queries: int = Field(5, ge=1)  # KG-R1's H
-    max_new_tokens: int = Field(3000, ge=1)  # per round (the Omne-R1 paper: 3000)
+    max_new_tokens: int = Field(160, ge=1)  # per round (the Omne-R1 paper: 3000, the paper profile's)
     temperature: float = Field(0.0, ge=0.0)  # 0: greedy (evaluation)
-    batch_size: int = Field(32, ge=1)  # episodes generated together
+    batch_size: int = Field(16, ge=1)  # episodes generated together
     device: Literal["cpu", "cuda", "auto"] = "auto"
     # transformers backend: key/value states of prompt prefixes kept between rounds (system prompt, each
     # episode's conversation so far), at most this many MiB (LRU); 0: none kept
@@ -125,7 +123,7 @@ class AgentParams(_Section):
 
 class EvalParams(_Section):
     split: Literal["train", "val", "test"] = "test"
-    limit: int | None = Field(None, ge=1)  # questions per bucket (a stable sample); None: the whole split
+    limit: int | None = Field(6, ge=1)  # questions per bucket (a stable sample); None: the whole split
     samples: int = Field(1, ge=1)  # N independent rollouts per question, metrics on the union (KG-R1's beam)
     repeats: int = Field(1, ge=1)  # repeated runs with different seeds, reported as mean +- sd
     seed: int = 0
@@ -138,7 +136,7 @@ class SFTDataParams(_Section):
     """Stage-2 SFT conversations: which sources, how many, in which mode."""
 
     sources: list[Literal["template", "agent", "teacher"]] = ["template"]
-    max_per_bucket: int | None = Field(None, ge=1)  # training pairs per bucket used (None: all)
+    max_per_bucket: int | None = Field(150, ge=1)  # training pairs per bucket used (None: all)
     paths_per_pair: int = Field(1, ge=1)  # validated gold paths walked per pair (template source)
     # share of template conversations whose question writes the start entity as a user might (lowercase, a
     # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name
@@ -158,27 +156,27 @@ class SFTParams(_Section):
 
     method: Literal["lora", "full"] = "lora"
     mode: Literal["think", "no_think"] = "think"  # no_think: every gpt turn's thinking becomes the empty <think></think>
-    think_weight: float = Field(0.001, ge=0.0, le=1.0)  # loss weight of <think>...</think> spans (the paper's best)
-    sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.8, 0.2, 0.1, 0.05, 0.01, 0.001, 0.0],
-                                       min_length=1)  # Table 5's grid
+    think_weight: float = Field(1.0, ge=0.0, le=1.0)  # loss weight of <think>...</think> spans (paper's best: 0.001)
+    sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.1, 0.001, 0.0],
+                                       min_length=1)  # 4 of Table 5's grid (the paper profile: all 8)
     sweep_max_steps: int | None = Field(None, ge=1)  # optimizer steps per sweep model; None: max_steps
     epochs: float = Field(3.0, gt=0)
-    max_steps: int = Field(-1, ge=-1)  # optimizer steps; -1: epochs decide
-    learning_rate: float | None = Field(None, gt=0)  # None: by method (lora 1e-4, full 1e-5)
+    max_steps: int = Field(60, ge=-1)  # optimizer steps; -1: epochs decide
+    learning_rate: float | None = Field(1e-3, gt=0)  # None: by method (lora 1e-4, full 1e-5)
     warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)  # None: by method (lora 0.1, full 0.01)
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    max_length: int = Field(1024, ge=16)  # tokens per conversation
-    overlong: Literal["truncate", "drop"] = "truncate"  # a longer conversation: cut at max_length, or left out
+    max_length: int = Field(2048, ge=16)  # tokens per conversation
+    overlong: Literal["truncate", "drop"] = "drop"  # a longer conversation: cut at max_length, or left out
     per_device_batch: int = Field(1, ge=1)
-    grad_accumulation: int = Field(4, ge=1)
+    grad_accumulation: int = Field(2, ge=1)
     bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16
     gradient_checkpointing: bool = False
     # tokens per tile of the fused LM head (log-probabilities without the full logits); on a CPU each tile has
     # several float32 temporaries of tokens x 32,768 vocabulary columns. None: TRL's 4096
-    logprob_chunk_tokens: int | None = Field(None, ge=1)
+    logprob_chunk_tokens: int | None = Field(512, ge=1)
     logging_steps: int = Field(1, ge=1)
     seed: int = 0
 
@@ -191,16 +189,16 @@ class SFTParams(_Section):
 
 
 class RLStageParams(_Section):
-    """One RL stage (seed 000: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
+    """One RL stage (Omne-R1 paper: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
     trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
 
-    algorithm: Literal["grpo", "ppo"] = "grpo"  # ppo: GAE with a value model (seed 000); grpo: group baseline
+    algorithm: Literal["grpo", "ppo"] = "grpo"  # ppo: GAE with a value model (the Omne-R1 paper's); grpo: group baseline
     rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1)
     reward_weights: list[float] | None = None  # one per reward; None: 1 each
     reward_options: dict[str, Any] = Field(default_factory=dict)  # RewardOptions overrides (weights, K, lambda, ...)
     credit: Literal["sequence", "turn"] = "sequence"  # turn: KG-R1's per-turn returns G_t = r_t + lambda R_global
     num_generations: int = Field(4, ge=1)  # rollouts per question (GRPO group size N)
-    questions_per_step: int = Field(2, ge=1)
+    questions_per_step: int = Field(1, ge=1)
     max_steps: int = Field(4, ge=1)
     epochs: float = Field(1.0, gt=0)
     learning_rate: float = Field(1e-5, gt=0)
@@ -208,11 +206,11 @@ class RLStageParams(_Section):
     epsilon: float = Field(0.2, gt=0)  # PPO clip range
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)  # rollout sampling temperature
-    max_new_tokens: int = Field(96, ge=1)  # per round
-    max_rounds: int | None = Field(None, ge=1)  # None: agent.max_rounds
+    max_new_tokens: int = Field(64, ge=1)  # per round
+    max_rounds: int | None = Field(3, ge=1)  # None: agent.max_rounds
     max_length: int = Field(4096, ge=64)  # prompt + completion tokens kept per rollout (longer: truncated)
     overlong_tokens: int | None = Field(None, ge=1)  # EoG: generated tokens above this earn no reward
-    data_mix: Literal["1-2", "3+", "mixed"] = "mixed"  # seed 000 Table 3: buckets of the training questions
+    data_mix: Literal["1-2", "3+", "mixed"] = "mixed"  # Omne-R1 paper Table 3: buckets of the training questions
     max_questions: int | None = Field(64, ge=1)  # training questions (a stable sample per bucket); None: all
     resample: Literal["none", "history", "hard_case"] = "none"  # KG-Hopper history / KG-Reasoner hard-case
     hard_case_loss: float = Field(0.5, ge=0)  # hard_case: keep multi-hop questions whose SFT loss exceeds this
@@ -229,7 +227,7 @@ class RLStageParams(_Section):
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1)
-    logprob_chunk_tokens: int | None = Field(None, ge=1)  # as sft.logprob_chunk_tokens
+    logprob_chunk_tokens: int | None = Field(512, ge=1)  # as sft.logprob_chunk_tokens
     seed: int = 0
 
     @model_validator(mode="after")

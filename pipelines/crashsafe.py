@@ -22,12 +22,14 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, ValidationError
 
+from pipelines.errors import OmneError
+
 OWNER_FILE = ".omne-owner.json"
 PAUSE_ENV = "OMNE_PAUSE_AT"  # test hook: "<point>" or "<point>,<point>": sleep there (crash tests kill us)
 PAUSE_SECONDS_ENV = "OMNE_PAUSE_S"
 
 
-class LockBusyError(RuntimeError):
+class LockBusyError(OmneError, RuntimeError):
     """Another process holds the lock longer than we may wait."""
 
 

@@ -14,11 +14,20 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator,
-                      model_serializer, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from pipelines.atomic import atomic_write_text
 from pipelines.crashsafe import LockBusyError, file_lock
+from pipelines.errors import RegistryError
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9_]+$")
 MAX_NAME_LENGTH = 64  # a folder name, a graph_type in every prompt and tool call: longer is a mistake
@@ -28,10 +37,6 @@ SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir", "text"]
 ExtractFormat = Literal["lightrag", "triples"]
 TEXT_SUFFIXES = (".txt", ".md")  # what a `text` source folder contributes (other files are ignored)
 TEXT_ONLY_OPTIONS = ("extract_format", "chunk_tokens", "chunk_overlap")
-
-
-class RegistryError(ValueError):
-    """The registry file is missing, malformed, or does not name the requested domain."""
 
 
 def check_domain_name(name: str) -> str:

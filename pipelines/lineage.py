@@ -1,114 +1,26 @@
-"""Manifests: what every artifact folder records about how it was made (hashes, params, code, time).
-
-The lineage audit walks these files back to the KG sources; Dagster shows them as metadata; the
-build functions compare a manifest's input fingerprint to skip work that is already done.
-"""
+"""The lineage audit: walk an artifact's manifests (``pipelines.manifest``) back to the KG sources, check
+every recorded input and file against what is on disk now, and render the result (``omne lineage``)."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import re
-import subprocess
-from datetime import UTC, datetime
-from functools import lru_cache
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, Field, computed_field
 
-from pipelines import __version__
-from pipelines.atomic import atomic_write_text
-
-MANIFEST_NAME = "manifest.json"
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    kind: str
-    domain: str | None = None
-    files: dict[str, str] = Field(default_factory=dict, description="data file name -> sha256 of its content")
-    inputs: dict[str, str] = Field(default_factory=dict, description="input path -> sha256")
-    params: dict[str, Any] = Field(default_factory=dict)
-    code_version: str
-    rows: dict[str, int] = Field(default_factory=dict)
-    created_at: datetime
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @property
-    def input_fingerprint(self) -> str:
-        """What decides whether a rebuild is needed: the inputs and the params, not the code or time."""
-        return fingerprint(self.inputs, self.params)
-
-
-def fingerprint(inputs: dict[str, str], params: dict[str, Any]) -> str:
-    blob = json.dumps({"inputs": inputs, "params": params}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_files(paths: list[Path], root: Path) -> dict[str, str]:
-    """Hashes keyed by path relative to ``root`` (stable across clones)."""
-    return {relative_path(path, root): sha256_file(path) for path in paths}
-
-
-def relative_path(path: Path, root: Path) -> str:
-    """``path`` relative to ``root`` when inside it (stable across clones), else absolute."""
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
-
-
-@lru_cache(maxsize=1)
-def code_version() -> str:
-    """The git commit of the checkout (with '-dirty' when modified), else the package version."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return f"git:{commit}{'-dirty' if dirty else ''}"
-    except (OSError, subprocess.SubprocessError):
-        return f"omne=={__version__}"
-
-
-def new_manifest(kind: str, **fields: Any) -> Manifest:
-    return Manifest(kind=kind, code_version=code_version(), created_at=datetime.now(UTC), **fields)
-
-
-def write_manifest(folder: Path, manifest: Manifest) -> Path:
-    path = folder / MANIFEST_NAME
-    atomic_write_text(path, manifest.model_dump_json(indent=2) + "\n")
-    return path
-
-
-def read_manifest(folder: Path) -> Manifest | None:
-    path = folder / MANIFEST_NAME
-    if not path.is_file():
-        return None
-    return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
-
+from pipelines.errors import LineageError
+from pipelines.manifest import MANIFEST_NAME, Manifest, model_identity, read_manifest, relative_path, sha256_file
 
 # --- the lineage audit: walk manifests back to the KG sources and flag what is stale ------------------------
 
 SHORT = 12  # hash prefix shown to people; the JSON keeps full hashes
-_MODEL_IDENTITY = re.compile(r"^(?P<name>.+)-(?P<hash>[0-9a-f]{12})$")  # what llm.local.model_identity returns
+_MODEL_IDENTITY = re.compile(r"^(?P<name>.+)-(?P<hash>[0-9a-f]{12})$")  # what manifest.model_identity returns
 InputStatus = Literal["ok", "changed", "missing", "unverified"]
 FileStatus = Literal["ok", "modified", "missing", "unchecked"]
-
-
-class LineageError(ValueError):
-    """A path that is not (inside) an artifact: no manifest.json in it or in any folder above it."""
 
 
 class InputCheck(BaseModel):
@@ -172,18 +84,6 @@ class LineageReport(BaseModel):
         """Input files that no artifact wrote: the KG sources, a packaged model, ..."""
         seen = {i.path: None for n in self.nodes.values() for i in n.inputs if i.producer is None and i.path}
         return list(seen)
-
-
-def manifest_inputs(folder: Path, root: Path, what: str, only: set[str] | None = None) -> dict[str, str]:
-    """The files of a built artifact's manifest as a consumer's inputs (path -> sha256), all or ``only`` those
-    named; ``what`` names the artifact and how to build it in the error when it is not built."""
-    from pipelines.kg.errors import ArtifactMissingError
-
-    manifest = read_manifest(folder)
-    if manifest is None:
-        raise ArtifactMissingError(f"{folder}: not built yet: {what}")
-    return {relative_path(folder / name, root): sha for name, sha in manifest.files.items()
-            if only is None or name in only}
 
 
 def find_artifact(path: Path) -> Path:
@@ -364,8 +264,6 @@ class _Auditor:
         return None
 
     def model_check(self, key: str, recorded: str, folder: Path) -> InputCheck:
-        from pipelines.llm.local import model_identity  # lazy: llm.local imports this module
-
         match = _MODEL_IDENTITY.match(recorded)
         current = model_identity(folder, match["name"] if match else None)
         return InputCheck(key=key, path=self.rel(folder), recorded=recorded, current=current,

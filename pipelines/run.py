@@ -28,6 +28,7 @@ from pipelines.domains import Domain
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.checks import CheckOutcome
 from pipelines.kg.graph import GraphStats
+from pipelines.layout import RUN_TIMINGS_FILE, reports_dir
 from pipelines.qa.build import DatasetResult, build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,7 @@ def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, fo
                 for line in record_builds(params, params_file, kept):
                     print(line, flush=True)
     print_stage_table(times)
-    times.write(params.artifacts_dir / "reports" / "run_timings.json")
+    times.write(reports_dir(params.artifacts_dir) / RUN_TIMINGS_FILE)
     return times
 
 

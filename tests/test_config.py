@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.config import PARAMS_ENV, PROFILE_ENV, ConfigError, load_params, resolve_params
-from pipelines.domains import (Domain, Registry, RegistryError, SourceSpec, add_domain, load_registry,
-                               save_registry)
+from pipelines.config import PARAMS_ENV, PROFILE_ENV, load_params, resolve_params
+from pipelines.domains import Domain, Registry, SourceSpec, add_domain, load_registry, save_registry
+from pipelines.errors import ConfigError, RegistryError
 from tests.conftest import PROJECT_ROOT
 
 REAL_PARAMS = PROJECT_ROOT / "params.yaml"
@@ -46,6 +46,26 @@ def test_real_params_default_profile_is_quick() -> None:
     assert params.checks.min_description_share == 0.5 and params.checks.max_isolated_share == 0.5
     assert params.root == PROJECT_ROOT
     assert params.section("seeds") == {"depth": 3, "min_nodes": 20, "max_nodes": 400}
+
+
+def _leaves(value: object, path: str = "") -> dict[str, object]:
+    """Every scalar or list of a nested mapping by its dotted key."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{path}.{key}" if path else key).items()}
+    return {path: value}
+
+
+def test_code_defaults_are_the_base_values_of_params_yaml() -> None:
+    """One source of truth: every base value params.yaml states is the pydantic default (so a reader of
+    config.py sees the numbers that run), and params.yaml states every setting (so a user sees every knob)."""
+    from pipelines.config import Params
+
+    raw = yaml.safe_load(REAL_PARAMS.read_text(encoding="utf-8"))
+    stated = _leaves({k: v for k, v in raw.items() if k not in ("profile", "profiles")})
+    defaults = _leaves(Params().model_dump(mode="json", exclude={"profile"}))
+    differing = {key: (defaults.get(key), value) for key, value in stated.items() if defaults.get(key) != value}
+    assert not differing, f"config.py default vs params.yaml base value: {differing}"
+    assert not sorted(set(defaults) - set(stated)), "settings params.yaml does not state"
 
 
 def test_paper_profile_by_argument_applies_its_overrides_only() -> None:

@@ -213,8 +213,8 @@ def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: 
 def test_domain_partitions_sensor_follows_the_registry(defs, project: Path) -> None:  # noqa: ANN001
     import dagster as dg
 
-    from dagster_project.defs.partitions import DOMAIN_PARTITIONS
     from dagster_project.defs.automation import domain_partitions_sensor
+    from dagster_project.defs.partitions import DOMAIN_PARTITIONS
 
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(DOMAIN_PARTITIONS, ["solar", "gone"])

@@ -17,7 +17,6 @@ import yaml
 from tests.conftest import PROJECT_ROOT, cli_env, make_project
 from tests.model_support import build_tiny_llama, use_tiny_models
 
-
 MAIN_STAGES = ["knowledge_graph@solar", "entity_index@solar", "seed_subgraphs@solar", "qa_pairs@solar",
                "gold_paths@solar", "qa_dataset", "eval_report", "sft_conversations", "sft_model", "sft_eval_report",
                "stage1_rl_model", "stage3_rl_model", "stage3_eval_report"]
@@ -123,7 +122,7 @@ def _artifact_folders(root: Path) -> list[Path]:
 def _assert_complete_or_absent(root: Path) -> None:
     """What a killed run may leave: finished artifacts (their manifest lists files that exist with those hashes),
     and temporary folders beside them (dot-names), never a half-written artifact under its real name."""
-    from pipelines.lineage import read_manifest, sha256_file
+    from pipelines.manifest import read_manifest, sha256_file
 
     for folder in _artifact_folders(root):
         if any(part.startswith(".") for part in folder.relative_to(root).parts):

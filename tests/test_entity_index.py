@@ -7,10 +7,10 @@ import pytest
 
 from pipelines.config import Params
 from pipelines.domains import load_registry
+from pipelines.errors import ArtifactMissingError
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.checks import check_self_retrieval
 from pipelines.kg.embed import Encoder, EncoderNotFoundError, resolve_encoder_path
-from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.index import EntityIndex
 from pipelines.kg.store import read_kg
 

@@ -18,12 +18,19 @@ from pipelines.agent.server import CallRequest, create_app
 from pipelines.agent.tools import EpisodeState, KGToolbox, Scope, subgraph_entities
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
-from pipelines.eval.kgqa import (KGQAFormatError, build_kgqa_domain, kgqa_params, load_kgqa, read_kgqa,
-                                 resolve_question, slug)
+from pipelines.eval.kgqa import (
+    KGQAFormatError,
+    build_kgqa_domain,
+    kgqa_params,
+    load_kgqa,
+    read_kgqa,
+    resolve_question,
+    slug,
+)
 from pipelines.eval.runner import evaluate
-from pipelines.lineage import read_manifest
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
+from pipelines.manifest import read_manifest
 from tests.conftest import DATA, cli_env, make_project
 from tests.tool_support import ServerThread
 

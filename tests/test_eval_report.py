@@ -10,9 +10,17 @@ import pytest
 
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.eval import report as report_module
-from pipelines.eval.report import PLOT_NAMES, flat_metrics, read_metrics, script_json, slug_key, split_turn, write_report
+from pipelines.eval.report import (
+    PLOT_NAMES,
+    flat_metrics,
+    read_metrics,
+    script_json,
+    slug_key,
+    split_turn,
+    write_report,
+)
 from pipelines.eval.schema import Behaviour, Efficiency, EvalMetrics, Scores
-from pipelines.lineage import read_manifest, sha256_file
+from pipelines.manifest import read_manifest, sha256_file
 from pipelines.qa.models import GoldPath, GoldPathItem, PathEdge
 
 CHROMIUM = "/usr/bin/chromium"

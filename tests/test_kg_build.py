@@ -15,10 +15,9 @@ import pytest
 from pipelines.atomic import atomic_directory
 from pipelines.config import CheckParams, Params, SeedParams, load_params
 from pipelines.domains import Domain, SourceSpec, add_domain, load_registry
+from pipelines.errors import ArtifactMissingError, KGSourceError
 from pipelines.kg.build import build_knowledge_graph, knowledge_graph_stats
-from pipelines.kg.checks import (check_no_dangling_edges, check_no_empty_names, check_unique_keys,
-                                 run_kg_checks)
-from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+from pipelines.kg.checks import check_no_dangling_edges, check_no_empty_names, check_unique_keys, run_kg_checks
 from pipelines.kg.graph import ball_sizes, eligible_seeds, graph_stats
 from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph
 from pipelines.kg.store import read_kg

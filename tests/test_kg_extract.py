@@ -16,11 +16,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.config import Params, load_params
-from pipelines.domains import RegistryError, SourceSpec, load_registry
+from pipelines.domains import SourceSpec, load_registry
+from pipelines.errors import KGSourceError, RegistryError
 from pipelines.kg.build import build_knowledge_graph
-from pipelines.kg.errors import KGSourceError
-from pipelines.kg.extract import (EXTRACT_TAG, LIGHTRAG_SYSTEM, TRIPLES_SYSTEM, Chunk, chunk_text, count_tokens,
-                                  extract_graph, parse_lightrag_records, parse_triple_lines, read_chunks)
+from pipelines.kg.extract import (
+    EXTRACT_TAG,
+    LIGHTRAG_SYSTEM,
+    TRIPLES_SYSTEM,
+    Chunk,
+    chunk_text,
+    count_tokens,
+    extract_graph,
+    parse_lightrag_records,
+    parse_triple_lines,
+    read_chunks,
+)
 from pipelines.kg.importers import import_source
 from pipelines.kg.model import assemble_graph, normalise_key
 from pipelines.kg.store import read_kg

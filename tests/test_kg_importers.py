@@ -13,11 +13,17 @@ import polars as pl
 import pytest
 
 from pipelines.config import CheckParams
-from pipelines.domains import Domain, Registry, RegistryError, SourceSpec, check_domain_name, load_registry
+from pipelines.domains import Domain, Registry, SourceSpec, check_domain_name, load_registry
+from pipelines.errors import KGSourceError, RegistryError
 from pipelines.kg.checks import run_kg_checks
-from pipelines.kg.errors import KGSourceError
-from pipelines.kg.importers import (LIGHTRAG_GRAPHML, import_source, read_entities, read_lightrag_graphml,
-                                    read_lightrag_workdir, read_triples)
+from pipelines.kg.importers import (
+    LIGHTRAG_GRAPHML,
+    import_source,
+    read_entities,
+    read_lightrag_graphml,
+    read_lightrag_workdir,
+    read_triples,
+)
 from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph, assemble_graph, normalise_key
 
 TRIPLES = [

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from pipelines.cli import cli
 from pipelines.config import load_params
 from pipelines.domains import load_registry
+from pipelines.errors import LineageError
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
-from pipelines.lineage import LineageError, audit_lineage, find_artifact
+from pipelines.lineage import audit_lineage, find_artifact
 from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
 from tests.conftest import DATA, make_project
 

@@ -6,7 +6,6 @@ parsing and counts, the SDK's retries, timeouts, bounded concurrency, JSON repai
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -21,9 +20,8 @@ from typing import Any
 import diskcache
 import pytest
 
-from tests.model_support import build_tiny_llama
-
-from pipelines.config import ConfigError, LLMParams, load_params
+from pipelines.config import LLMParams, load_params
+from pipelines.errors import ConfigError
 from pipelines.llm.base import ChatReply, ChatRequest, LLMError
 from pipelines.llm.cache import CachedChatClient
 from pipelines.llm.factory import build_chat_client
@@ -31,6 +29,7 @@ from pipelines.llm.openai_client import OpenAIChatClient
 from pipelines.llm.scripted import ScriptedChatClient, ScriptedServerLog, scripted_openai_app, serve_in_thread
 from pipelines.llm.structured import complete_json_many
 from tests.conftest import PROJECT_ROOT, cli_env
+from tests.model_support import build_tiny_llama
 
 
 @pytest.fixture(autouse=True)
@@ -410,8 +409,8 @@ def test_factory_builds_the_local_backend(project: Path, tiny_llama: Path) -> No
 
 @pytest.mark.slow
 def test_smollm2_converts_once_and_answers(tmp_path: Path) -> None:
-    from pipelines.lineage import read_manifest
     from pipelines.llm.local import TransformersChatClient, smollm2_folder
+    from pipelines.manifest import read_manifest
 
     artifacts = tmp_path / "artifacts"
     folder = smollm2_folder(artifacts)

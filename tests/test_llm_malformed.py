@@ -25,8 +25,18 @@ from hypothesis import strategies as st
 from pipelines.config import LLMParams
 from pipelines.llm.base import ChatReply, ChatRequest, LLMError, scrub_text
 from pipelines.llm.cache import CachedChatClient
-from pipelines.llm.malformed import (DELETE, FIELDS, ReplyShape, field_accepts, grid_shapes, json_path, mutate,
-                                     named_shapes, probe_shapes, valid_completion)
+from pipelines.llm.malformed import (
+    DELETE,
+    FIELDS,
+    ReplyShape,
+    field_accepts,
+    grid_shapes,
+    json_path,
+    mutate,
+    named_shapes,
+    probe_shapes,
+    valid_completion,
+)
 from pipelines.llm.openai_client import OpenAIChatClient
 from pipelines.llm.scripted import ScriptedServerLog, scripted_openai_app, serve_in_thread
 from pipelines.llm.structured import complete_json_many

@@ -15,9 +15,17 @@ from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_knowledge_graph
 from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph, normalise_key
-from pipelines.kg.store import kg_dir, read_kg
-from pipelines.qa.build import (build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs,
-                                read_gold_paths, read_qa_pairs, read_seed_subgraphs)
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir
+from pipelines.qa.build import (
+    build_gold_paths,
+    build_qa_dataset,
+    build_qa_pairs,
+    build_seed_subgraphs,
+    read_gold_paths,
+    read_qa_pairs,
+    read_seed_subgraphs,
+)
 from pipelines.qa.dataset import dedupe, split_of
 from pipelines.qa.models import PathEdge, QAPair, Validation, qa_id
 from pipelines.qa.names import leaked_names, mentions

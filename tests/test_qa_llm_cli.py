@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ import pytest
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_knowledge_graph
-from pipelines.kg.store import kg_dir, read_kg
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir
 from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
 from pipelines.qa.build import build_seed_subgraphs
 from pipelines.qa.paths import RelationGraph

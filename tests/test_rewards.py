@@ -16,9 +16,23 @@ from pipelines.agent.trajectory import Trajectory
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
 from pipelines.train.rewards import (
-    REWARDS, RewardOptions, build_reward_functions, eog_reward, kg_hopper_reward, kg_r1_reward, kg_r1_scores,
-    kg_reasoner_reward, omne_format_checks, omne_stage1_reward, omne_stage3_reward, parse_episode, prediction,
-    repetitions, think_text, trajectory_messages, training_step,
+    REWARDS,
+    RewardOptions,
+    build_reward_functions,
+    eog_reward,
+    kg_hopper_reward,
+    kg_r1_reward,
+    kg_r1_scores,
+    kg_reasoner_reward,
+    omne_format_checks,
+    omne_stage1_reward,
+    omne_stage3_reward,
+    parse_episode,
+    prediction,
+    repetitions,
+    think_text,
+    training_step,
+    trajectory_messages,
 )
 
 

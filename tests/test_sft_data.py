@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import json
 
-
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
 from pipelines.eval.runner import load_split
-from pipelines.qa.names import mentions
 from pipelines.llm.scripted import ScriptedChatClient
 from pipelines.qa.models import PathEdge
-from pipelines.train.sft_data import (TEMPLATE_VERSION, SFTConversation, build_sft_conversations, format_problems,
-                                      omne_protocol, read_sft_conversations, trajectory_conversation)
+from pipelines.qa.names import mentions
+from pipelines.train.sft_data import (
+    TEMPLATE_VERSION,
+    SFTConversation,
+    build_sft_conversations,
+    format_problems,
+    omne_protocol,
+    read_sft_conversations,
+    trajectory_conversation,
+)
 from tests.test_eval import gold_policy
 
 

@@ -15,11 +15,25 @@ import pytest
 import torch
 
 from pipelines.config import SFTParams
-from pipelines.train.sft import (NO_THINK_PREFIX, TRAINING_TEMPLATES, load_sft_model, prepare_tokenizer,
-                                 resize_for_tokens, sft_dataset, sharegpt_to_messages, train_sft,
-                                 training_chat_template, use_bf16)
-from pipelines.train.think_loss import (ThinkWeightCollator, ThinkWeightedSFTTrainer, think_spans, think_weights,
-                                        weighted_causal_lm_loss)
+from pipelines.train.sft import (
+    NO_THINK_PREFIX,
+    TRAINING_TEMPLATES,
+    load_sft_model,
+    prepare_tokenizer,
+    resize_for_tokens,
+    sft_dataset,
+    sharegpt_to_messages,
+    train_sft,
+    training_chat_template,
+    use_bf16,
+)
+from pipelines.train.think_loss import (
+    ThinkWeightCollator,
+    ThinkWeightedSFTTrainer,
+    think_spans,
+    think_weights,
+    weighted_causal_lm_loss,
+)
 from tests.model_support import build_tiny_llama
 
 O, C = 100, 101  # <think>, </think> ids in the hand cases
@@ -362,7 +376,7 @@ def test_train_sft_full_fine_tuning(tiny: Path, tmp_path: Path) -> None:
     long = conversation(4)
     long["conversations"][2]["value"] = "<tool_response>\n" + "Phobos orbits Mars. " * 80 + "\n</tool_response>"
     result = train_sft([conversation(i) for i in range(4)] + [long], tiny, out, params, progress=False)
-    assert result.metrics["learning_rate"] == 1e-5 and result.metrics["warmup_ratio"] == 0.01
+    assert result.manifest.metadata["learning_rate"] == 1e-5 and result.manifest.metadata["warmup_ratio"] == 0.01
     assert result.manifest.rows["overlong_examples"] == 1 and result.manifest.rows["train_examples"] == 4
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     model, tok = load_sft_model(out)

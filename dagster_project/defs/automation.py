@@ -29,7 +29,7 @@ from dagster_project.defs.partitions import partition_requests, registry_domains
 from dagster_project.defs.resources import OmneResource
 from pipelines.config import Params
 from pipelines.domains import Domain, load_registry
-from pipelines.lineage import fingerprint, sha256_files
+from pipelines.manifest import fingerprint, sha256_files
 
 KG_AND_DOWNSTREAM = dg.AssetSelection.assets(knowledge_graph).downstream()
 SOURCE_SENSOR_INTERVAL_S = 60

@@ -15,7 +15,7 @@ from dagster_project.defs.qa import qa_dataset
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
 from pipelines.eval.report import METRICS_FILE, PLOTS_DIR, PREDICTIONS_FILE
 from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME, evaluate, evaluate_cached
-from pipelines.lineage import read_manifest
+from pipelines.manifest import read_manifest
 
 
 class EvalConfig(dg.Config):

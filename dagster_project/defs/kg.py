@@ -14,7 +14,8 @@ from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.checks import INDEX_CHECKS, KG_CHECKS, check_self_retrieval, run_kg_checks, self_retrieval_outcome
 from pipelines.kg.index import EntityIndex
-from pipelines.kg.store import kg_dir, read_kg
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir
 
 
 @dg.asset(

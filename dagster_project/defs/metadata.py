@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import dagster as dg
 
-from pipelines.lineage import Manifest
+from pipelines.manifest import Manifest
 
 
 class Artifact(Protocol):
-    """What the library's build functions return (BuildResult, SFTResult, ...)."""
+    """What the library's build functions return (BuildResult; EvalResult for reports)."""
 
     folder: Path
     manifest: Manifest

@@ -7,10 +7,18 @@ from dagster_project.defs.kg import knowledge_graph
 from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
-from pipelines.kg.store import kg_dir, read_kg
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir
 from pipelines.qa import build as qa_build
-from pipelines.qa.checks import (GOLD_CHECKS, PAIR_CHECKS, SEED_CHECKS, check_bucket_targets, check_gold_coverage,
-                                 check_pairs_pass_rules, check_subgraph_sizes)
+from pipelines.qa.checks import (
+    GOLD_CHECKS,
+    PAIR_CHECKS,
+    SEED_CHECKS,
+    check_bucket_targets,
+    check_gold_coverage,
+    check_pairs_pass_rules,
+    check_subgraph_sizes,
+)
 from pipelines.qa.expectations import QA_TABLE_CHECKS, validate_qa_table
 from pipelines.qa.paths import RelationGraph
 

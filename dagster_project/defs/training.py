@@ -9,6 +9,7 @@ from dagster_project.defs.kg import knowledge_graph
 from dagster_project.defs.metadata import data_version, manifest_metadata
 from dagster_project.defs.qa import qa_dataset
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
+from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
 from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
 
 
@@ -54,7 +55,7 @@ def sft_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mater
           pool=GPU_POOL, op_tags=GPU_TAGS)
 def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """Seed paper Table 5: one SFT model per think-loss weight, each evaluated; EM and loss against the weight."""
-    from pipelines.lineage import read_manifest
+    from pipelines.manifest import read_manifest
     from pipelines.train.sweep import run_think_sweep
 
     result = run_think_sweep(omne.params(), progress=False)
@@ -91,7 +92,7 @@ def stage3_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
 
 def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
     from pipelines.eval.runner import evaluate_cached
-    from pipelines.lineage import read_manifest
+    from pipelines.manifest import read_manifest
 
     result = evaluate_cached(params, model, name=name)
     metrics = result.metrics
@@ -109,7 +110,7 @@ def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
 def sft_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The SFT model with tools on the same test sample as the base model's report."""
     params = omne.params()
-    return _evaluation(params, str(params.artifacts_dir / "models" / "sft"), "sft-tools")
+    return _evaluation(params, str(model_dir(params.artifacts_dir, SFT_MODEL)), "sft-tools")
 
 
 @dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[stage3_rl_model], pool=GPU_POOL,
@@ -117,4 +118,4 @@ def sft_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
 def stage3_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The stage-3 RL model with tools on the same test sample (Omne-R1 paper Table 6: against the SFT model)."""
     params = omne.params()
-    return _evaluation(params, str(params.artifacts_dir / "models" / "rl-stage3"), "rl-stage3-tools")
+    return _evaluation(params, str(model_dir(params.artifacts_dir, rl_model_name(3))), "rl-stage3-tools")

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.kg.errors import ArtifactMissingError
-from pipelines.kg.index import TABLE_NAME, index_dir
+from pipelines.errors import ArtifactMissingError
+from pipelines.kg.index import TABLE_NAME
 from pipelines.kg.model import normalise_key
-from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import MANIFEST_NAME, read_manifest
+from pipelines.kg.store import read_kg
+from pipelines.layout import index_dir, kg_dir
+from pipelines.manifest import MANIFEST_NAME, read_manifest
 
 
 def _grouped(keys: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -44,7 +44,8 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
         from pipelines.llm.openai_client import OpenAIChatClient
 
         return OpenAIChatClient(params.llm, base_url=endpoint, model=spec if spec != BASE else None)
-    from pipelines.llm.local import TransformersChatClient, model_identity
+    from pipelines.llm.local import TransformersChatClient
+    from pipelines.manifest import model_identity
 
     folder = resolve_model_folder(spec, params)
     device = params.agent.device

@@ -1,7 +1,7 @@
 """Agent protocols: the tags, prompts and turn parsing of each seed system, so that one rollout
 engine serves them all (docs/architecture.md, "The agent protocol").
 
-- ``omne`` (seed 000): numbered rules and the tools' JSON schemas in the system prompt; each round
+- ``omne`` (Omne-R1): numbered rules and the tools' JSON schemas in the system prompt; each round
   ``<think>…</think>`` then ``<tool_call>node_info(...)</tool_call>`` or ``<answer>…</answer>``; tool
   results come back as a user message in ``<tool_response>…</tool_response>``.
 - ``kg_r1`` (seed 003): ``<kg-query>get_tail_relations("X")</kg-query>`` -> ``<information>…</information>``,

@@ -28,8 +28,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from pipelines.agent.calls import ErrorType, ToolError, printable
-from pipelines.agent.tools import (REQUEST_FIELD_MAX_CHARS, EpisodeState, KGToolbox, Scope, ToolResult, checked_scope,
-                                   field_error)
+from pipelines.agent.tools import (
+    REQUEST_FIELD_MAX_CHARS,
+    EpisodeState,
+    KGToolbox,
+    Scope,
+    ToolResult,
+    checked_scope,
+    field_error,
+)
 from pipelines.config import ToolParams
 
 log = logging.getLogger(__name__)

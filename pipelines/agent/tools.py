@@ -1,6 +1,6 @@
 """The KG tools the agent calls, over every loaded domain, with the seed systems' signatures and outputs.
 
-- Omne-R1 (seed 000): ``entity_matcher(node_name, graph_type)``, ``node_info(node_name, graph_type)``.
+- Omne-R1: ``entity_matcher(node_name, graph_type)``, ``node_info(node_name, graph_type)``.
 - KG-R1 (seed 003): ``get_head_relations / get_tail_relations(entity)``,
   ``get_head_entities / get_tail_entities(entity, relation)``: flat comma-separated lists.
 - KG-Reasoner / KG-Hopper (seeds 001/002): ``search(entity, question, backtrack=False)``: the triples
@@ -29,16 +29,25 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipelines.agent.calls import (ErrorType, Param, ToolCall, ToolError, ToolSpec, bind_call, is_valid_unicode,
-                                   parse_call, printable)
+from pipelines.agent.calls import (
+    ErrorType,
+    Param,
+    ToolCall,
+    ToolError,
+    ToolSpec,
+    bind_call,
+    is_valid_unicode,
+    parse_call,
+    printable,
+)
 from pipelines.agent.kg_view import DomainGraph, manifest_signature
 from pipelines.config import Params
-from pipelines.domains import RegistryError, load_registry
+from pipelines.domains import load_registry
+from pipelines.errors import ArtifactMissingError, RegistryError
 from pipelines.kg.embed import Encoder
-from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.model import normalise_key
-from pipelines.kg.store import kg_dir
-from pipelines.lineage import MANIFEST_NAME
+from pipelines.layout import kg_dir
+from pipelines.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 

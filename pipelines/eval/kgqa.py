@@ -43,16 +43,15 @@ from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.server import CallRequest
 from pipelines.agent.tools import KGToolbox, Scope, ToolCall, ToolResult, subgraph_entities
 from pipelines.config import Params
-from pipelines.domains import Domain, Registry, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
-from pipelines.kg.errors import ArtifactMissingError, KGSourceError
+from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.errors import ArtifactMissingError, KGSourceError, RegistryError
 from pipelines.kg.model import normalise_key
-from pipelines.kg.store import kg_dir
-from pipelines.lineage import read_manifest, relative_path, sha256_file
+from pipelines.layout import embeddings_cache_dir, kg_dir, kgqa_workspace
 from pipelines.llm.base import ChatClient
+from pipelines.manifest import read_manifest, relative_path, sha256_file
 
 log = logging.getLogger(__name__)
 
-WORKSPACE = "kgqa"  # artifacts/kgqa/: the registry, KGs and indexes of external question sets
 DEFAULT_HOPS = 2
 MAX_SEEDS = 100  # Scope.seeds limit
 
@@ -413,7 +412,7 @@ def slug(text: str) -> str:
 
 def kgqa_params(params: Params) -> Params:
     """``params`` pointed at the KGQA workspace: artifacts/kgqa/ with its own domains.yaml, kg/ and index/."""
-    base = Path(params.paths.artifacts) / WORKSPACE
+    base = kgqa_workspace(Path(params.paths.artifacts))
     paths = params.paths.model_copy(update={"artifacts": base.as_posix(), "registry": (base / "domains.yaml").as_posix()})
     return params.model_copy(update={"paths": paths})
 
@@ -456,7 +455,7 @@ def build_kgqa_domain(params: Params, triples: str | Path | None, name: str | No
         workspace.registry_path.parent.mkdir(parents=True, exist_ok=True)
         add_domain(workspace.registry_path, domain, replace=True)
     result = build_knowledge_graph(domain, workspace)
-    encoder = Encoder(params.index, cache_dir=params.artifacts_dir / "cache" / "embeddings")  # the shared cache
+    encoder = Encoder(params.index, cache_dir=embeddings_cache_dir(params.artifacts_dir))  # the shared cache
     build_entity_index(name, workspace, encoder=encoder)
     log.info("KGQA domain %s: %s (%d entities)", name, "reused" if result.skipped else "built",
              result.manifest.rows["entities"])

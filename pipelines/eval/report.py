@@ -30,7 +30,7 @@ from typing import Any
 from pipelines.agent.trajectory import Trajectory
 from pipelines.atomic import atomic_directory
 from pipelines.eval.schema import EvalMetrics, Scores
-from pipelines.lineage import Manifest, new_manifest, sha256_files, write_manifest
+from pipelines.manifest import Manifest, new_manifest, sha256_files, write_manifest
 from pipelines.qa.models import GoldPath, GoldPathItem
 
 METRICS_FILE = "metrics.json"

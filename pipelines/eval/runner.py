@@ -26,10 +26,11 @@ from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS, KGToolbox
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import Params
-from pipelines.kg.errors import ArtifactMissingError
-from pipelines.lineage import read_manifest, relative_path
+from pipelines.errors import ArtifactMissingError
+from pipelines.layout import qa_dir, report_dir
 from pipelines.llm.base import ChatClient
-from pipelines.qa.build import GOLD_FILE, qa_dir, read_jsonl
+from pipelines.manifest import read_manifest, relative_path
+from pipelines.qa.build import GOLD_FILE, read_jsonl
 from pipelines.qa.models import GoldPath, QAPair
 
 log = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     metrics = runs[0]
     if len(runs) > 1:
         metrics.repeats = repeats_summary(runs)
-    if params.eval.judge:  # the seed paper's LLM judge for free-form answers, beside EM
+    if params.eval.judge:  # the Omne-R1 paper's LLM judge for free-form answers, beside EM
         from pipelines.eval.judge import judge_answers
         from pipelines.llm.factory import build_chat_client
 
@@ -244,7 +245,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     summary = external.summary(params.root) if external is not None else None
     if summary is not None:
         shaping["kgqa"] = summary
-    folder = write_report(params.artifacts_dir / "reports" / run, metrics, trajectories, gold_paths=gold,
+    folder = write_report(report_dir(params.artifacts_dir, run), metrics, trajectories, gold_paths=gold,
                           inputs=inputs, params=shaping)
     return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=summary)
 
@@ -255,9 +256,9 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     rerun stays fast); the model's identity is part of the settings, so a new checkpoint re-evaluates."""
     from pipelines.agent.models import resolve_model_folder
     from pipelines.eval.report import read_metrics
-    from pipelines.llm.local import model_identity
+    from pipelines.manifest import model_identity
 
-    folder = params.artifacts_dir / "reports" / name
+    folder = report_dir(params.artifacts_dir, name)
     manifest = read_manifest(folder)
     identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
     wanted = {"agent": _agent_settings(params), "eval": params.section("eval"), "tools": params.section("tools"),
@@ -270,7 +271,7 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     result = evaluate(params, model, name=name, progress=progress, **options)
     manifest = read_manifest(folder)
     if manifest is not None and dataset is not None:
-        from pipelines.lineage import write_manifest
+        from pipelines.manifest import write_manifest
 
         manifest.metadata["cache_key"] = _cache_key(wanted, dataset.files)
         write_manifest(folder, manifest)

@@ -8,46 +8,40 @@ reruns); every write goes to a temporary folder that replaces the artifact only 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict
 
 from pipelines.atomic import atomic_directory
 from pipelines.config import Params
 from pipelines.crashsafe import owned_folder, pause_point
 from pipelines.domains import Domain
+from pipelines.errors import KGSourceError
 from pipelines.kg.embed import Encoder
-from pipelines.kg.errors import KGSourceError
 from pipelines.kg.graph import GraphStats, graph_stats
 from pipelines.kg.importers import import_source
-from pipelines.kg.index import (EntityIndex, entity_texts, index_dir, index_table, self_retrieval_recall,
-                                table_content_hash, write_index)
+from pipelines.kg.index import (
+    EntityIndex,
+    entity_texts,
+    index_table,
+    self_retrieval_recall,
+    table_content_hash,
+    write_index,
+)
 from pipelines.kg.model import assemble_graph
-from pipelines.kg.store import kg_dir, read_kg, write_kg
-from pipelines.lineage import (Manifest, fingerprint, manifest_inputs, new_manifest, read_manifest, sha256_files,
-                               write_manifest)
+from pipelines.kg.store import read_kg, write_kg
+from pipelines.layout import embeddings_cache_dir, index_dir, kg_dir
+from pipelines.manifest import (
+    BuildResult,
+    manifest_inputs,
+    new_manifest,
+    sha256_files,
+    up_to_date,
+    write_manifest,
+)
 
 if TYPE_CHECKING:
     from pipelines.llm.base import ChatClient
 
 log = logging.getLogger(__name__)
-
-
-class BuildResult(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    domain: str | None  # None for cross-domain artifacts (the QA dataset)
-    folder: Path
-    manifest: Manifest
-    skipped: bool
-
-
-def up_to_date(folder: Path, inputs: dict[str, str], params: dict) -> Manifest | None:
-    """The artifact's manifest when it was built from these inputs and params (so it can be reused)."""
-    manifest = read_manifest(folder)
-    if manifest is not None and manifest.input_fingerprint == fingerprint(inputs, params):
-        return manifest
-    return None
 
 
 def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False,
@@ -116,7 +110,7 @@ def build_entity_index(domain: str, params: Params, *, force: bool = False,
         return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
 
     kg = read_kg(source)
-    encoder = encoder or Encoder(params.index, cache_dir=params.artifacts_dir / "cache" / "embeddings")
+    encoder = encoder or Encoder(params.index, cache_dir=embeddings_cache_dir(params.artifacts_dir))
     texts = entity_texts(kg, params.index)
     vectors = encoder.encode(texts, progress=True)
     table = index_table(kg, texts, vectors)

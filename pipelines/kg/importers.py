@@ -16,7 +16,7 @@ import networkx as nx
 import polars as pl
 
 from pipelines.domains import SourceSpec
-from pipelines.kg.errors import KGSourceError
+from pipelines.errors import KGSourceError
 from pipelines.kg.model import RAW_ENTITY_SCHEMA, RAW_RELATION_SCHEMA, RawGraph
 
 LIGHTRAG_SEP = "<SEP>"

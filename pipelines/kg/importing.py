@@ -32,11 +32,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pipelines.atomic import atomic_write_text
 from pipelines.config import Params
 from pipelines.crashsafe import LockBusyError, file_lock, pause_point, read_owner
-from pipelines.domains import Domain, Registry, RegistryError, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.errors import KGSourceError, RegistryError
 from pipelines.kg.checks import CheckOutcome, failed_checks, outcome_summary, run_kg_checks, self_retrieval_outcome
-from pipelines.kg.errors import KGSourceError
-from pipelines.kg.index import index_dir
-from pipelines.kg.store import kg_dir, read_kg
+from pipelines.kg.store import read_kg
+from pipelines.layout import index_dir, kg_dir, lock_file
 
 if TYPE_CHECKING:
     from pipelines.kg.embed import Encoder
@@ -127,7 +127,7 @@ def _remove(path: Path) -> None:
 @contextmanager
 def domain_lock(params: Params, name: str, *, timeout_s: float | None = DOMAIN_LOCK_WAIT_S) -> Iterator[None]:
     """One import or build of a domain at a time, across processes (a killed holder releases it)."""
-    path = params.artifacts_dir / ".locks" / f"{check_domain_name(name)}.lock"
+    path = lock_file(params.artifacts_dir, check_domain_name(name))
     try:
         with file_lock(path, timeout_s=timeout_s, what=f"domain {name!r}"):
             yield

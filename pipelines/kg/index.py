@@ -16,8 +16,8 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from pipelines.config import IndexParams
+from pipelines.errors import ArtifactMissingError
 from pipelines.kg.embed import Encoder
-from pipelines.kg.errors import ArtifactMissingError
 from pipelines.kg.model import KnowledgeGraph
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # lancedb logs a warning for every new table otherwise
@@ -31,10 +31,6 @@ class EntityHit(BaseModel):
     name: str
     description: str
     score: float  # cosine similarity
-
-
-def index_dir(artifacts: Path, domain: str) -> Path:
-    return artifacts / "index" / domain
 
 
 def entity_texts(kg: KnowledgeGraph, params: IndexParams) -> list[str]:

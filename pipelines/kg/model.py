@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 from scipy import sparse
 
-from pipelines.kg.errors import KGSourceError
+from pipelines.errors import KGSourceError
 
 _QUOTES = "\"'`\u2018\u2019\u201c\u201d\u00ab\u00bb\u201e\u201a"
 _SPACES = re.compile(r"\s+")

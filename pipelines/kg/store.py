@@ -6,16 +6,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipelines.kg.errors import ArtifactMissingError
+from pipelines.errors import ArtifactMissingError
 from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph
-from pipelines.lineage import read_manifest
+from pipelines.manifest import read_manifest
 
 ENTITIES_FILE = "entities.parquet"
 RELATIONS_FILE = "relations.parquet"
-
-
-def kg_dir(artifacts: Path, domain: str) -> Path:
-    return artifacts / "kg" / domain
 
 
 def write_kg(kg: KnowledgeGraph, folder: Path) -> list[Path]:

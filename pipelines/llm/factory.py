@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipelines.config import ConfigError, Params
+from pipelines.config import Params
+from pipelines.errors import ConfigError
+from pipelines.layout import llm_cache_dir
 from pipelines.llm.base import ChatClient
 from pipelines.llm.cache import CachedChatClient
 from pipelines.llm.openai_client import ENV_MODEL
-
-
-def llm_cache_dir(params: Params) -> Path:
-    return params.artifacts_dir / "cache" / "llm"
 
 
 def local_model_folder(params: Params) -> tuple[Path, str | None]:
@@ -51,5 +49,5 @@ def build_chat_client(params: Params, *, cache: bool | None = None) -> ChatClien
         folder, name = local_model_folder(params)
         client = TransformersChatClient(folder, name=name, batch_size=llm.batch_size, device=llm.device)
     if llm.cache if cache is None else cache:
-        client = CachedChatClient(client, llm_cache_dir(params))
+        client = CachedChatClient(client, llm_cache_dir(params.artifacts_dir))
     return client

@@ -12,7 +12,6 @@ states of those prefixes are kept and only each prompt's new tokens are run thro
 from __future__ import annotations
 
 import bisect
-import hashlib
 import importlib.util
 import logging
 import threading
@@ -25,12 +24,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-
 from tqdm.auto import tqdm
 
 from pipelines.atomic import atomic_directory
-from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, cut_at_stop, complete_one
-from pipelines.lineage import new_manifest, read_manifest, sha256_file, sha256_files, write_manifest
+from pipelines.layout import model_dir
+from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, complete_one, cut_at_stop
+from pipelines.manifest import model_identity, new_manifest, read_manifest, sha256_file, sha256_files, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ def smollm2_folder(artifacts_dir: Path, *, dtype: Dtype = "float32") -> Path:
     quantization config is removed. float32 keeps the dequantised weights exactly (513 MiB);
     bfloat16 halves that. The folder appears whole or not at all (written beside it, then renamed).
     """
-    folder = Path(artifacts_dir) / "models" / SMOLLM2
+    folder = model_dir(Path(artifacts_dir), SMOLLM2)
     manifest = read_manifest(folder)
     if manifest is not None and manifest.params.get("dtype") == dtype and (folder / "config.json").is_file():
         return folder
@@ -85,26 +84,6 @@ def smollm2_folder(artifacts_dir: Path, *, dtype: Dtype = "float32") -> Path:
             metadata={"architecture": model.config.architectures, "model": "SmolLM2-135M-Instruct",
                       "quantization_of_source": "Q4_1"}))
     return folder
-
-
-def model_identity(folder: Path, name: str | None = None) -> str:
-    """``<name>-<hash>``: the model part of cache keys, which changes when the weights change.
-
-    Small files are hashed by content; weight files by the manifest's sha256 when it lists them
-    (else by size), so that identity costs no pass over hundreds of MiB. manifest.json itself is
-    left out: re-converting the same weights must not invalidate the cache.
-    """
-    manifest = read_manifest(folder)
-    listed = manifest.files if manifest else {}
-    digest = hashlib.sha256()
-    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json"):
-        rel = file.relative_to(folder).as_posix()
-        size = file.stat().st_size
-        if size < 1 << 20:
-            digest.update(f"{rel}:".encode() + file.read_bytes())
-        else:
-            digest.update(f"{rel}:{listed.get(rel, size)}".encode())
-    return f"{name or folder.name}-{digest.hexdigest()[:12]}"
 
 
 def _device(choice: str) -> str:

@@ -27,9 +27,9 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from tqdm.auto import tqdm
 
-from pipelines.config import ConfigError, LLMParams
-from pipelines.llm.base import (ChatReply, ChatRequest, LLMError, OnReply, Usage, close_stop, complete_one,
-                                 scrub_text)
+from pipelines.config import LLMParams
+from pipelines.errors import ConfigError
+from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, close_stop, complete_one, scrub_text
 
 T = TypeVar("T")
 

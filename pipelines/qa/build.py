@@ -22,11 +22,19 @@ from pydantic import BaseModel
 from pipelines.atomic import atomic_directory
 from pipelines.config import Params
 from pipelines.domains import load_registry
-from pipelines.kg.build import BuildResult, up_to_date
-from pipelines.kg.errors import ArtifactMissingError
-from pipelines.kg.store import kg_dir, read_kg
-from pipelines.lineage import manifest_inputs, new_manifest, read_manifest, sha256_files, write_manifest
+from pipelines.errors import ArtifactMissingError
+from pipelines.kg.store import read_kg
+from pipelines.layout import kg_dir, qa_dir
 from pipelines.llm.base import ChatClient
+from pipelines.manifest import (
+    BuildResult,
+    manifest_inputs,
+    new_manifest,
+    read_manifest,
+    sha256_files,
+    up_to_date,
+    write_manifest,
+)
 from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
 from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
 from pipelines.qa.gold import gold_paths
@@ -38,11 +46,6 @@ log = logging.getLogger(__name__)
 
 PAIRS_FILE, ATTEMPTS_FILE, GOLD_FILE = "qa_pairs.jsonl", "attempts.jsonl", "gold_paths.jsonl"
 DATASET_FILE, STATS_FILE = "qa.parquet", "stats.json"
-
-
-def qa_dir(artifacts: Path, kind: str, domain: str | None = None) -> Path:
-    """artifacts/qa/{seeds,pairs,gold}/<domain>/ and artifacts/qa/dataset/."""
-    return artifacts / "qa" / kind / domain if domain else artifacts / "qa" / kind
 
 
 def write_jsonl(path: Path, records: Iterable[BaseModel]) -> int:

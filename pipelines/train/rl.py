@@ -1,4 +1,4 @@
-"""Stages 1 and 3 (seed 000): reinforcement learning with multi-turn tool rollouts on TRL's GRPOTrainer.
+"""Stages 1 and 3 (Omne-R1 paper): reinforcement learning with multi-turn tool rollouts on TRL's GRPOTrainer.
 
 The policy's rollouts come from the same ``RolloutEngine`` as evaluation and SFT data collection
 (plugged into TRL as its ``rollout_func``): each episode is re-encoded as prompt ids (system + user)
@@ -30,6 +30,8 @@ from pydantic import BaseModel
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import Params, RLStageParams
+from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
+from pipelines.manifest import BuildResult
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +146,7 @@ def rl_questions(params: Params, stage: RLStageParams) -> list[Any]:
 
 
 def validation_questions(params: Params, stage: RLStageParams) -> list[Any]:
-    """A fixed random subset of the val split (seed 000 logs EM on 512 of them)."""
+    """A fixed random subset of the val split (the Omne-R1 paper logs EM on 512 of them)."""
     from pipelines.eval.runner import load_split
 
     pairs = sorted(load_split(params, "val"), key=lambda p: hashlib.sha256(f"{stage.seed}:{p.id}".encode()).hexdigest())
@@ -414,7 +416,7 @@ def _trainer_classes() -> tuple[type, type]:
             log.info("hard-case resampling, epoch %d: %d hard multi-hop questions kept", epoch + 1, len(hard))
 
     class PPOToolTrainer(ToolGRPOTrainer):
-        """PPO (seed 000's algorithm): GAE advantages from a value model in place of the group baseline.
+        """PPO (the Omne-R1 paper's algorithm): GAE advantages from a value model in place of the group baseline.
 
         The critic is the base model's trunk with a scalar head (``AutoModelForTokenClassification``),
         trained with its own optimizer on the clipped value loss each time the policy loss is computed.
@@ -526,16 +528,6 @@ class _SkippingSampler:
 
 
 # ----- building a stage ---------------------------------------------------------------------------------------
-class RLResult(BaseModel):
-    folder: Path
-    manifest: Any
-    skipped: bool = False
-
-
-def rl_model_dir(params: Params, stage: int) -> Path:
-    return params.artifacts_dir / "models" / f"rl-stage{stage}"
-
-
 def _start_model(params: Params, stage: int, start: str | None) -> Path:
     from pipelines.agent.models import BASE, resolve_model_folder
 
@@ -543,9 +535,9 @@ def _start_model(params: Params, stage: int, start: str | None) -> Path:
         return resolve_model_folder(start, params)
     if stage == 1:
         return resolve_model_folder(BASE, params)
-    folder = params.artifacts_dir / "models" / "sft"
+    folder = model_dir(params.artifacts_dir, SFT_MODEL)
     if not folder.is_dir():
-        from pipelines.kg.errors import ArtifactMissingError
+        from pipelines.errors import ArtifactMissingError
 
         raise ArtifactMissingError(f"{folder}: stage 3 starts from the SFT model (run `omne sft train` first)")
     return folder
@@ -569,7 +561,7 @@ def load_policy(folder: Path, params: Params) -> tuple[Any, Any]:
 
 
 def train_rl(params: Params, stage: int, *, start: str | None = None, name: str | None = None, force: bool = False,
-             progress: bool = True) -> RLResult:
+             progress: bool = True) -> BuildResult:
     """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
     reused when the start model, the data and the stage's params are unchanged."""
     import torch
@@ -579,14 +571,21 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
     from pipelines.eval.runner import load_gold_paths, make_protocol
-    from pipelines.lineage import fingerprint, new_manifest, read_manifest, relative_path, sha256_files, write_manifest
-    from pipelines.llm.local import model_identity
-    from pipelines.qa.build import qa_dir
+    from pipelines.layout import qa_dir
+    from pipelines.manifest import (
+        fingerprint,
+        model_identity,
+        new_manifest,
+        read_manifest,
+        relative_path,
+        sha256_files,
+        write_manifest,
+    )
     from pipelines.train.memory import fused_logprob_tokens, release_memory
     from pipelines.train.sft import use_bf16
 
     settings: RLStageParams = getattr(params.rl, f"stage{stage}")
-    output = params.artifacts_dir / "models" / (name or f"rl-stage{stage}")
+    output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
     start_folder = _start_model(params, stage, start)
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
@@ -599,7 +598,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
                "tools": params.section("tools")}
     existing = read_manifest(output)
     if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):
-        return RLResult(folder=output, manifest=existing, skipped=True)
+        return BuildResult(folder=output, manifest=existing, skipped=True)
 
     agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
     protocol = make_protocol(params.model_copy(update={"agent": agent}), agent.protocol, None)
@@ -668,7 +667,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         write_manifest(tmp, manifest)
     del trainer, model, policy, rollouts, toolbox, common
     release_memory()  # the next stage of the same process starts without this one's model and trainer
-    return RLResult(folder=output, manifest=manifest)
+    return BuildResult(folder=output, manifest=manifest)
 
 
 def _gold_conversations(params: Params, qa_ids: set[str]) -> dict[str, list[dict[str, str]]]:

@@ -28,12 +28,11 @@ import logging
 import re
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.atomic import atomic_directory
-from pipelines.lineage import Manifest, fingerprint, new_manifest, read_manifest, sha256_files, write_manifest
+from pipelines.manifest import BuildResult, fingerprint, new_manifest, read_manifest, sha256_files, write_manifest
 from pipelines.train.think_loss import THINK_CLOSE, THINK_OPEN
 
 if TYPE_CHECKING:
@@ -212,18 +211,6 @@ def resize_for_tokens(model: Any, tokenizer: Any, new_tokens: Mapping[int, list[
 # ------------------------------------------------------------------------------------------ training
 
 
-@dataclass
-class SFTResult:
-    folder: Path
-    manifest: Manifest
-    skipped: bool = False
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def final_loss(self) -> float | None:
-        return self.manifest.metadata.get("final_loss")
-
-
 def resolved_hyperparameters(params: SFTParams) -> dict[str, float]:
     """learning_rate and warmup_ratio: as given, else the paper's for the method (LoRA 1e-4 / 0.1,
     full 1e-5 / 0.01)."""
@@ -284,7 +271,7 @@ def plot_loss_curve(log_history: list[dict[str, Any]], path: Path, title: str = 
 
 def train_sft(conversations: list[Any], base_model_folder: Path | str, output_folder: Path | str,
               params: SFTParams, *, progress: bool = True, force: bool = False,
-              inputs: Mapping[str, str] | None = None) -> SFTResult:
+              inputs: Mapping[str, str] | None = None) -> BuildResult:
     """Train the stage-2 SFT model on ShareGPT conversations and write ``output_folder`` atomically.
 
     ``params.method``: ``lora`` (r / alpha on every linear layer of the blocks, the new token rows
@@ -298,7 +285,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig
 
-    from pipelines.llm.local import model_identity
+    from pipelines.manifest import model_identity
     from pipelines.train.memory import fused_logprob_tokens, release_memory
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer
 
@@ -311,7 +298,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     if not force:
         manifest = read_manifest(output_folder)
         if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
-            return SFTResult(output_folder, manifest, skipped=True, metrics=dict(manifest.metadata))
+            return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
 
     hyper = resolved_hyperparameters(params)
     bf16 = use_bf16(params.bf16)
@@ -415,7 +402,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     release_memory()  # the next stage of the same process (make run) starts without this trainer and model
     log.info("SFT model written to %s (%s steps, final loss %s)", output_folder, metrics["steps"],
              metrics["final_loss"])
-    return SFTResult(output_folder, manifest, skipped=False, metrics=metrics)
+    return BuildResult(folder=output_folder, manifest=manifest)
 
 
 def _token_counts(dataset: Any) -> tuple[list[int], int]:

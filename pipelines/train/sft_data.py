@@ -30,6 +30,7 @@ from pipelines.agent.protocols import OmneProtocol
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
+from pipelines.layout import CONVERSATIONS_FILE, sft_conversations_dir
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.names import mentions
 from pipelines.qa.paths import RelationGraph
@@ -263,13 +264,13 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
     from pipelines.eval.runner import load_gold_paths, load_split
-    from pipelines.kg.build import BuildResult, up_to_date
-    from pipelines.kg.store import kg_dir, read_kg
-    from pipelines.lineage import manifest_inputs, new_manifest, sha256_files, write_manifest
-    from pipelines.qa.build import qa_dir, write_jsonl
+    from pipelines.kg.store import read_kg
+    from pipelines.layout import kg_dir, qa_dir
+    from pipelines.manifest import BuildResult, manifest_inputs, new_manifest, sha256_files, up_to_date, write_manifest
+    from pipelines.qa.build import write_jsonl
 
     settings = params.sft_data
-    folder = params.artifacts_dir / "sft" / "conversations"
+    folder = sft_conversations_dir(params.artifacts_dir)
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = manifest_inputs(dataset_dir, params.root, "the QA dataset (run `omne qa build`)",
                              only={"train.jsonl", "gold_paths.jsonl"})
@@ -334,9 +335,9 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     problems = {r.id: format_problems(r) for r in records}
     bad = {k: v for k, v in problems.items() if v}
     with atomic_directory(folder) as tmp:
-        write_jsonl(tmp / "conversations.jsonl", records)
+        write_jsonl(tmp / CONVERSATIONS_FILE, records)
         manifest = new_manifest(
-            "sft_conversations", files=sha256_files([tmp / "conversations.jsonl"], tmp), inputs=inputs,
+            "sft_conversations", files=sha256_files([tmp / CONVERSATIONS_FILE], tmp), inputs=inputs,
             params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped,
                                  "misspelled_start": sum(r.id.endswith("-m") for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
@@ -349,4 +350,4 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
 def read_sft_conversations(params: Any) -> list[SFTConversation]:
     from pipelines.qa.build import read_jsonl
 
-    return read_jsonl(params.artifacts_dir / "sft" / "conversations" / "conversations.jsonl", SFTConversation)
+    return read_jsonl(sft_conversations_dir(params.artifacts_dir) / CONVERSATIONS_FILE, SFTConversation)

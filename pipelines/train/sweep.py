@@ -16,7 +16,8 @@ from pydantic import BaseModel
 
 from pipelines.atomic import atomic_write_text
 from pipelines.config import Params
-from pipelines.lineage import Manifest, new_manifest, relative_path, sha256_file, write_manifest
+from pipelines.layout import report_dir
+from pipelines.manifest import Manifest, new_manifest, relative_path, sha256_file, write_manifest
 
 
 class SweepPoint(BaseModel):
@@ -39,7 +40,7 @@ class SweepResult(BaseModel):
 
 
 def sweep_dir(params: Params) -> Path:
-    return params.artifacts_dir / "reports" / "think_sweep"
+    return report_dir(params.artifacts_dir, "think_sweep")
 
 
 def weight_label(weight: float) -> str:
@@ -74,7 +75,7 @@ def run_think_sweep(params: Params, *, weights: list[float] | None = None, force
         points.append(SweepPoint(
             think_weight=weight, model=relative_path(model.folder, params.root),
             report=relative_path(report.folder, params.root), steps=model.manifest.metadata.get("steps"),
-            final_loss=model.final_loss, em=metrics.overall.em, f1=metrics.overall.f1,
+            final_loss=model.manifest.metadata.get("final_loss"), em=metrics.overall.em, f1=metrics.overall.f1,
             em_by_bucket={bucket: scores.em for bucket, scores in metrics.by_bucket.items()},
             generated_tokens_mean=metrics.efficiency.generated_tokens_mean))
         manifests += [model.folder / "manifest.json", report.folder / "metrics.json"]

@@ -1,0 +1,69 @@
+"""Where every artifact lives under the artifacts folder (params ``paths.artifacts``): the one place that
+spells the folder names. dvc.yaml's ``outs`` and the docs (docs/architecture.md, "Artifacts") name the
+same folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SFT_MODEL = "sft"  # the stage-2 model's folder name under models/
+CONVERSATIONS_FILE = "conversations.jsonl"
+RUN_TIMINGS_FILE = "run_timings.json"
+
+
+def kg_dir(artifacts: Path, domain: str) -> Path:
+    """A domain's knowledge graph (entities/relations parquet)."""
+    return artifacts / "kg" / domain
+
+
+def index_dir(artifacts: Path, domain: str) -> Path:
+    """A domain's entity index (LanceDB table of entity embeddings)."""
+    return artifacts / "index" / domain
+
+
+def qa_dir(artifacts: Path, kind: str, domain: str | None = None) -> Path:
+    """qa/{seeds,pairs,gold}/<domain>/ and qa/dataset/."""
+    return artifacts / "qa" / kind / domain if domain else artifacts / "qa" / kind
+
+
+def sft_conversations_dir(artifacts: Path) -> Path:
+    """The stage-2 SFT conversations (ShareGPT jsonl)."""
+    return artifacts / "sft" / "conversations"
+
+
+def model_dir(artifacts: Path, name: str) -> Path:
+    """A model folder: the converted base model, ``sft``, ``rl-stage1``/``rl-stage3``, or a named one."""
+    return artifacts / "models" / name
+
+
+def rl_model_name(stage: int) -> str:
+    return f"rl-stage{stage}"
+
+
+def reports_dir(artifacts: Path) -> Path:
+    """Evaluation reports (one folder each), the think-weight sweep and run_timings.json."""
+    return artifacts / "reports"
+
+
+def report_dir(artifacts: Path, name: str) -> Path:
+    return reports_dir(artifacts) / name
+
+
+def kgqa_workspace(artifacts: Path) -> Path:
+    """External KGQA sets: their own domains.yaml, kg/ and index/ (kept apart from the project's domains)."""
+    return artifacts / "kgqa"
+
+
+def embeddings_cache_dir(artifacts: Path) -> Path:
+    """Sentence embeddings by text hash, shared by every entity index."""
+    return artifacts / "cache" / "embeddings"
+
+
+def llm_cache_dir(artifacts: Path) -> Path:
+    """Replies of the LLM endpoint by request hash (a rerun costs no tokens)."""
+    return artifacts / "cache" / "llm"
+
+
+def lock_file(artifacts: Path, name: str) -> Path:
+    """The lock of one domain's import or build (across processes)."""
+    return artifacts / ".locks" / f"{name}.lock"
