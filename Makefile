@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup browser run test bench clean dagster
+.PHONY: setup browser run lint test bench clean dagster
 setup: $(STAMP)
 
 # torch first, pinned: its CPU wheel lies on local disk and pip takes it; anything else would
@@ -44,7 +44,11 @@ browser:
 	  exit 1; \
 	fi
 
-test: setup browser
+# ruff with the configuration in pyproject.toml (pycodestyle, pyflakes, import order, pyupgrade, bugbear)
+lint: setup
+	$(BIN)/ruff check .
+
+test: setup browser lint
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup

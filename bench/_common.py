@@ -1,6 +1,7 @@
 """What the benchmarks of bench/ share: the offline environment, measurement (wall, CPU, peak extra
 RSS; ours and the baseline alternated, best of N), ratios and percentiles, the synthetic graph
-generator, the --help formatter, machine facts and the results file.
+generator, the shared command line (``BenchParser``: --out, --toy, --repeat, --seed, --params, --profile,
+-v), machine facts and the results file.
 
 Importing this module sets the offline environment variables (before torch, transformers or lancedb
 are imported by the benchmark) and puts the project root on ``sys.path``; a benchmark script, run as
@@ -24,6 +25,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
@@ -42,6 +44,7 @@ from pipelines.domains import SourceSpec  # noqa: E402
 
 MB = 1024 * 1024
 RESULTS_DIR = ROOT / "bench" / "results"
+TOY_RESULTS_DIR = Path(tempfile.gettempdir()) / "omne-bench-toy"  # --toy without --out
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,7 +153,8 @@ def with_rate(m: dict[str, Any], items: int, wall: float | None = None) -> dict[
 
 
 def ratio(ours: float | None, baseline: float | None) -> float | None:
-    return round(ours / baseline, 4) if ours and baseline else None
+    """ours / baseline to 4 significant digits (a tiny ratio never rounds to 0); None when either is 0 or None."""
+    return float(f"{ours / baseline:.4g}") if ours and baseline else None
 
 
 def percentiles(latencies_s: list[float]) -> dict[str, float]:
@@ -221,6 +225,99 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     """The same, with the description and epilog printed as written (line breaks kept)."""
+
+
+def results_file(out: Path | None, name: str, toy: bool) -> Path:
+    """Where a benchmark writes its JSON: ``--out`` as a folder (``<out>/<name>.json``) or, ending in .json,
+    as the file itself; by default bench/results/<name>.json, or with --toy a folder of the system's temp dir
+    (a toy run never writes into bench/results/ unless told to)."""
+    if out is None:
+        return (TOY_RESULTS_DIR if toy else RESULTS_DIR) / f"{name}.json"
+    return out if out.suffix.lower() == ".json" else out / f"{name}.json"
+
+
+class BenchParser(argparse.ArgumentParser):
+    """The command line every bench script shares, script-specific options added on top.
+
+    Common options: ``--out`` (results folder, or the JSON file), ``--toy`` (toy sizes: seconds, a smoke
+    test), ``--repeat`` (runs of ours and the baseline in turn, best kept; where a script repeats),
+    ``--seed`` (where a script samples or generates), ``--params``/``--profile`` (where a script reads
+    params.yaml) and ``-v``.
+
+    ``--toy`` sets the script's ``toy`` values as the defaults (options given explicitly still win) and,
+    where the script reads params.yaml, ``--params`` to None: the script then builds a throw-away project
+    in a temporary folder (``_toy.toy_project``). After parsing, ``args.out`` is the JSON file to write.
+    """
+
+    def __init__(self, name: str, *, description: str, epilog: str | None = None,
+                 toy: dict[str, Any] | None = None, toy_note: str = "",
+                 repeat: int | None = None, repeat_help: str = "runs of ours and the baseline, in turn; the best kept",
+                 repeat_aliases: tuple[str, ...] = (), seeded: bool = True, seed: int | None = 0,
+                 seed_help: str = "seed of the generated data and of every sample", params: bool = True,
+                 params_help: str = "params.yaml to read") -> None:
+        super().__init__(prog=f"bench/{name}.py", description=description, epilog=epilog,
+                         formatter_class=RawHelpFormatter)
+        self.bench_name = name
+        self.toy_note = toy_note
+        self.toy_values: dict[str, Any] = {}
+        common = self.add_argument_group("common options (every bench script)")
+        common.add_argument("--out", type=Path, default=None, metavar="PATH",
+                            help=f"results folder: the JSON goes to PATH/{name}.json (a PATH ending in .json is the "
+                                 f"file itself); default: bench/results/ (git-ignored), with --toy "
+                                 f"{TOY_RESULTS_DIR}/")
+        self._toy_action = common.add_argument("--toy", action="store_true", help="toy sizes")
+        if repeat is not None:
+            common.add_argument("--repeat", *repeat_aliases, dest="repeat", type=int, default=repeat, metavar="N",
+                                help=repeat_help + (f" ({', '.join(repeat_aliases)}: the same, its former name)"
+                                                    if repeat_aliases else ""))
+        if seeded:
+            common.add_argument("--seed", type=int, default=seed, metavar="N", help=seed_help)
+        if params:
+            common.add_argument("--params", type=Path, default=ROOT / "params.yaml", metavar="PATH",
+                                help=params_help + "; with --toy: a throw-away project (the tests' solar domain, "
+                                                   "tests/data/solar) in a temporary folder")
+            common.add_argument("--profile", default=None, metavar="NAME", help="params profile (default: the file's)")
+        common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+        self.set_toy(**(toy or {}))
+
+    def set_toy(self, **values: Any) -> None:
+        """More defaults for --toy (added to the ones given before)."""
+        self.toy_values.update(values)
+        if any(a.dest == "params" for a in self._actions):
+            self.toy_values.setdefault("params", None)
+
+    def format_help(self) -> str:
+        """--help, with the values --toy sets listed in its help (the script's options are known by now)."""
+        shown = []
+        for dest, value in self.toy_values.items():
+            action = next((a for a in self._actions if a.dest == dest), None)
+            if action is None or dest == "params":
+                continue
+            flag = max(action.option_strings, key=len)
+            if isinstance(value, bool):
+                shown.append(flag if value else f"no {flag}")
+            elif isinstance(value, list | tuple):
+                shown.append(f"{flag} {' '.join(map(str, value))}" if value else f"{flag} (none)")
+            else:
+                shown.append(f"{flag} {value}")
+        self._toy_action.help = ("toy sizes, a smoke test that runs in seconds (the figures mean nothing): tiny "
+                                 "data, tiny models built from a config, nothing written into artifacts/ or "
+                                 "bench/results/" + (f"; {self.toy_note}" if self.toy_note else "")
+                                 + (f"; sets {', '.join(shown)} (options given explicitly still win)" if shown
+                                    else ""))
+        return super().format_help()
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed = super().parse_args(args, namespace)
+        if parsed.toy and self.toy_values:
+            self.set_defaults(**self.toy_values)
+            parsed = super().parse_args(args, namespace)
+        parsed.out = results_file(parsed.out, self.bench_name, parsed.toy)
+        if parsed.toy:  # one thread per process: toy sizes gain nothing from more, and a busy machine loses
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+            if "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(1)
+        return parsed
 
 
 def setup_logging(verbose: bool, quiet: Iterable[str] = ()) -> None:

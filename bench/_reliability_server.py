@@ -47,8 +47,8 @@ from _common import MB, ROOT, make_synthetic  # noqa: E402 - sets the offline en
 from pipelines.config import load_params  # noqa: E402
 from pipelines.domains import Domain, Registry, SourceSpec, load_registry, save_registry  # noqa: E402
 from pipelines.kg.build import build_entity_index, build_knowledge_graph  # noqa: E402
-from pipelines.kg.store import read_kg
-from pipelines.layout import kg_dir
+from pipelines.kg.store import read_kg  # noqa: E402
+from pipelines.layout import kg_dir  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,15 @@ Request = tuple[str, str, dict[str, Any], bytes | None]  # method, path, headers
 # The project and the server
 # --------------------------------------------------------------------------------------------
 
-def build_project(work: Path, entities: int, relations: int, seed: int) -> list[str]:
+def build_project(work: Path, entities: int, relations: int, seed: int, encoder: str | None = None) -> list[str]:
     """A project in ``work``: a generated KG (built, indexed) and a second registered domain left
-    unbuilt (so /v1/domains must list one); returns the built KG's entity names."""
+    unbuilt (so /v1/domains must list one); returns the built KG's entity names. ``encoder``: params
+    ``index.encoder`` (default: params.yaml's)."""
     source = make_synthetic(work / "source", entities, relations, seed, extra_syllables=False)
     raw = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")) or {}
     raw["paths"] = {**(raw.get("paths") or {}), "registry": "domains.yaml", "artifacts": "artifacts"}
+    if encoder:
+        raw["index"] = {**(raw.get("index") or {}), "encoder": encoder}
     (work / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     spec = SourceSpec(kind="triples", path="source/" + source.path, entities="source/" + str(source.entities))
     save_registry(work / "domains.yaml", Registry(domains=[
@@ -408,7 +411,7 @@ def large_scope_phase(url: str, pid: int, names: list[str], count: int, tally: T
 
 def run_server_probe(seconds: float = 60, threads: int = 32, hostile: int = 1000, large_scope: int = 1000, *,
                      entities: int = 2000, relations: int = 10_000, seed: int = 0,
-                     work_dir: Path | None = None) -> dict[str, Any]:
+                     work_dir: Path | None = None, encoder: str | None = None) -> dict[str, Any]:
     """Build a small KG, start `omne tools serve` on it and run the three phases; the figures."""
     started = time.perf_counter()
     for chatty in ("httpx", "httpcore"):  # one INFO line per request otherwise
@@ -416,7 +419,7 @@ def run_server_probe(seconds: float = 60, threads: int = 32, hostile: int = 1000
     with tempfile.TemporaryDirectory(prefix="omne-server-probe-", dir=work_dir) as tmp:
         work = Path(tmp)
         log.info("building a %d-entity / %d-relation KG in %s ...", entities, relations, work)
-        names = build_project(work, entities, relations, seed)
+        names = build_project(work, entities, relations, seed, encoder)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = start_server(work, port)
@@ -424,7 +427,8 @@ def run_server_probe(seconds: float = 60, threads: int = 32, hostile: int = 1000
         try:
             with httpx.Client(base_url=url, timeout=120) as client:  # warm: graph, encoder, every tool
                 for text in (f'entity_matcher(node_name="{names[0]}", graph_type="{DOMAIN}")',
-                             f'search(entity="{names[0]}", question="what?")', f'get_tail_relations(entity="{names[1]}")'):
+                             f'search(entity="{names[0]}", question="what?")',
+                             f'get_tail_relations(entity="{names[1]}")'):
                     tally.send(client, call(text, graph_type=DOMAIN))
                 listing = tally.send(client, ("GET", "/v1/domains", AUTH, None))
                 domains = (listing.json() if listing is not None and listing.status_code == 200

@@ -11,6 +11,7 @@ during the stage, minus the RSS just before it).
     .venv/bin/python bench/kg_build.py                      # everything, default sizes
     .venv/bin/python bench/kg_build.py --domains chemistry  # one domain + the synthetic graph
     .venv/bin/python bench/kg_build.py --domains --skip-synthetic-index   # synthetic graph, no embedding
+    .venv/bin/python bench/kg_build.py --toy --out /tmp/bench            # smoke test: a 400-entity graph
 
 See docs/benchmarks.md for what each stage measures.
 """
@@ -22,7 +23,7 @@ import logging
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,7 @@ import polars as pl
 from _common import (
     DEGREE_LAW,
     MB,
-    RESULTS_DIR,
-    ROOT,
-    HelpFormatter,
+    BenchParser,
     alternate,
     args_record,
     machine_info,
@@ -48,6 +47,7 @@ from _common import (
     write_results,
 )
 from _common import make_synthetic as _make_synthetic
+from _toy import toy_project
 from tqdm.auto import tqdm
 
 from pipelines.config import Params, load_params
@@ -433,20 +433,25 @@ def render_table(results: dict) -> str:
     return "\n".join(lines + [""] + notes + ["", *search_lines, "", *search_notes])
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/kg_build.py",
+TOY = {"synthetic_entities": 400, "synthetic_relations": 1500, "synthetic_index_sample": 150,
+       "cache_sample": 20, "nx_sample": 50, "queries": 8, "repeat": 1, "synthetic_repeat": 1, "index_repeat": 1}
+
+
+def build_parser() -> BenchParser:
+    parser = BenchParser(
+        "kg_build",
         description="Benchmark omne's KG build steps against naive baselines measured in the same process: "
                     "(1) import + assemble + store vs a networkx MultiDiGraph, (2) graph_stats vs networkx "
                     "BFS, (3) embedding + LanceDB index vs raw SentenceTransformer.encode, the embedding "
                     "cache, and search latency (exact, and IVF-PQ ANN with its recall on the synthetic graph). "
                     "Speeds are reported as ratios ours/baseline (< 1: omne faster).",
-        formatter_class=HelpFormatter)
+        toy=TOY, toy_note="the domains: the throw-away project's solar domain (25 entities)",
+        repeat=3, repeat_help="runs of the build and stats stages on a domain (ours and baseline in turn, best "
+                              "wall time kept)",
+        seed_help="seed of the synthetic graph and of all samples")
     parser.add_argument("--domains", nargs="*", default=None, metavar="NAME",
                         help="registry domains to benchmark (default: every domain of the registry; "
                              "give the flag with no name for none); domains whose files are missing are skipped")
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params.yaml to read")
-    parser.add_argument("--profile", default=None, help="params profile (default: the file's)")
     parser.add_argument("--synthetic-entities", type=int, metavar="N", default=100_000,
                         help="entities of the synthetic graph (0: no synthetic graph)")
     parser.add_argument("--synthetic-relations", type=int, metavar="N", default=500_000,
@@ -462,24 +467,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nx-sample", type=int, metavar="N", default=300,
                         help="nodes whose depth-3 BFS networkx runs for the stats baseline (extrapolated)")
     parser.add_argument("--queries", type=int, metavar="N", default=200, help="search queries per index")
-    parser.add_argument("--repeat", type=int, metavar="N", default=3,
-                        help="runs of the build and stats stages on a domain (ours and baseline in turn, "
-                             "best wall time kept)")
     parser.add_argument("--synthetic-repeat", type=int, metavar="N", default=1,
                         help="runs of the build and stats stages on the synthetic graph")
     parser.add_argument("--index-repeat", type=int, metavar="N", default=3,
                         help="runs of the embedding + index stage (ours and baseline in turn, best kept)")
-    parser.add_argument("--seed", type=int, metavar="N", default=0,
-                        help="seed of the synthetic graph and of all samples")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "kg_build.json",
-                        help="where to write the JSON results")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(args.verbose, ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub"))
+    if args.params is None:  # --toy: a throw-away project with the solar domain (nothing built)
+        args.params = toy_project()
     params = load_params(args.params, args.profile)
     registry = load_registry(params.registry_path)
     names = registry.names if args.domains is None else args.domains

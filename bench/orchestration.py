@@ -3,17 +3,18 @@
 function directly vs materialized by Dagster (in process, ``dg.materialize``), same work in both.
 
 Every figure is a RATIO against the library call measured in the same process, the variants in turn,
-best of ``--rounds`` (the machines are noisy: absolute timings move with the load, ratios much less).
+best of ``--repeat`` (the machines are noisy: absolute timings move with the load, ratios much less).
 
     .venv/bin/python bench/orchestration.py                       # geography, 2 rounds (~10 min on 2 busy cores)
-    .venv/bin/python bench/orchestration.py --domain chemistry --rounds 3
+    .venv/bin/python bench/orchestration.py --domain chemistry --repeat 3
     .venv/bin/python bench/orchestration.py --instance disk       # sqlite storage on disk, as `dagster dev`
+    .venv/bin/python bench/orchestration.py --toy --out /tmp/bench   # smoke test: the tiny solar domain
 
 A throw-away project (params.yaml + kg_assets/ with the registry, copied into a temporary folder;
 ``OMNE_PARAMS`` and the ``OmneResource``'s ``params_path`` point at it) is built once (an untimed
 warm-up materialization of every asset), then for each stage -- knowledge_graph, entity_index,
 seed_subgraphs, qa_pairs, gold_paths of the ``--domain`` partition, and the unpartitioned
-qa_dataset -- three variants run in turn, ``--rounds`` times:
+qa_dataset -- three variants run in turn, ``--repeat`` times:
 
 1. **library**: the build function (``build_knowledge_graph``, ``build_entity_index``, ...) with
    ``force=True``, the arguments the asset passes;
@@ -52,9 +53,7 @@ from typing import Any
 
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (
-    RESULTS_DIR,
-    ROOT,
-    RawHelpFormatter,
+    BenchParser,
     Stage,
     args_record,
     load_average,
@@ -64,20 +63,21 @@ from _common import (
     setup_logging,
     write_results,
 )
+from _toy import toy_project
 
 warnings.filterwarnings("ignore", message=".*is currently in (preview|beta).*")  # the checks' partitions_def
 
 import dagster as dg  # noqa: E402
 
-from dagster_project.defs.kg import entity_index, knowledge_graph
-from dagster_project.defs.partitions import DOMAIN_PARTITIONS
-from dagster_project.defs.qa import QAPairsConfig, gold_paths, qa_dataset, qa_pairs, seed_subgraphs
-from dagster_project.defs.resources import OmneResource
-from pipelines.config import PARAMS_ENV, Params
-from pipelines.domains import load_registry
-from pipelines.kg.build import build_entity_index, build_knowledge_graph
-from pipelines.layout import index_dir, kg_dir
-from pipelines.qa import build as qa_build
+from dagster_project.defs.kg import entity_index, knowledge_graph  # noqa: E402
+from dagster_project.defs.partitions import DOMAIN_PARTITIONS  # noqa: E402
+from dagster_project.defs.qa import QAPairsConfig, gold_paths, qa_dataset, qa_pairs, seed_subgraphs  # noqa: E402
+from dagster_project.defs.resources import OmneResource  # noqa: E402
+from pipelines.config import PARAMS_ENV, Params  # noqa: E402
+from pipelines.domains import load_registry  # noqa: E402
+from pipelines.kg.build import build_entity_index, build_knowledge_graph  # noqa: E402
+from pipelines.layout import index_dir, kg_dir  # noqa: E402
+from pipelines.qa import build as qa_build  # noqa: E402
 
 log = logging.getLogger("bench.orchestration")
 
@@ -261,19 +261,24 @@ def render_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/orchestration.py",
+TOY = {"domain": "solar", "repeat": 1}
+
+
+def build_parser() -> BenchParser:
+    parser = BenchParser(
+        "orchestration",
         description="Dagster's own overhead per asset: each data stage of one domain (knowledge_graph, "
                     "entity_index, seed_subgraphs, qa_pairs, gold_paths, then qa_dataset) built by the library "
                     "function directly (force=True), by the asset body invoked directly, and by dg.materialize "
                     "of the asset, in turn, on a throw-away copy of the project.",
-        epilog="Target (PASS/MISS, never asserted): Dagster's overhead below 15%% of the stage time "
+        epilog="Target (PASS/MISS, never asserted): Dagster's overhead below 15% of the stage time "
                "for stages over 10 s.",
-        formatter_class=RawHelpFormatter)
+        toy=TOY, toy_note="the project copied is a throw-away one with the solar domain and a tiny random encoder",
+        repeat=2, repeat_aliases=("--rounds",),
+        repeat_help="rounds of the three variants per stage (in turn; best wall time kept)",
+        seeded=False,  # the stages take their seeds from params.yaml
+        params_help="params.yaml copied into the throw-away project (with the kg_assets/ beside it)")
     parser.add_argument("--domain", default="geography", help="registry domain (the partition) to build")
-    parser.add_argument("--rounds", type=int, metavar="N", default=2,
-                        help="rounds of the three variants per stage (in turn; best wall time kept)")
     parser.add_argument("--stages", nargs="+", metavar="NAME", default=None,
                         help="only these stages (the upstream ones are built by the warm-up all the same)")
     parser.add_argument("--instance", choices=("ephemeral", "disk"), default="ephemeral",
@@ -287,21 +292,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "machine torch's OpenMP threads lose their time slice whenever another process holds "
                              "a core (encoding geography's names ran 3.5x slower with 2 threads than with 1 under "
                              "a load of 7 on 2 cores); every variant runs with the same setting")
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
-                        help="params.yaml copied into the throw-away project (with the kg_assets/ beside it)")
-    parser.add_argument("--profile", default=None, help="params profile (default: the file's)")
     parser.add_argument("--no-warmup", action="store_true",
                         help="no untimed warm-up materialization (the first stage then builds the upstream "
                              "artifacts in its first round, which is then slower)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "orchestration.json",
-                        help="where to write the JSON results")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setup_logging(args.verbose, ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub"))
+    setup_logging(args.verbose, ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub",
+                                 "alembic", "great_expectations", "dagster"))
     started = time.perf_counter()
     import torch  # the encoder's; imported here to set its threads before any variant runs
 
@@ -322,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "args": args_record(args),
         "stages": {},
     }
+    if args.params is None:  # --toy: a throw-away project with the solar domain (copied again below)
+        args.params = toy_project()
     with tempfile.TemporaryDirectory(prefix="omne-bench-orchestration-") as tmp:
         params_path = make_project(Path(tmp) / "project", args.params.resolve())
         os.environ[PARAMS_ENV] = str(params_path)  # anything reading the default params reads the copy
@@ -344,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in specs:
             log.info("== %s (%s)", spec.name, args.domain if spec.partitioned else "unpartitioned")
             results["stages"][spec.name] = s = bench_stage(spec, params, resource, instance, args.domain,
-                                                           args.rounds)
+                                                           args.repeat)
             log.info("   library %.3f s, body %.3f s, dagster %.3f s: overhead %.3f s (%.1f%%)", s["library_s"],
                      s["body_s"], s["dagster_s"], s["overhead_s"], 100 * s["overhead_share"])
         instance.dispose()

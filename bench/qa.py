@@ -8,6 +8,7 @@ turn, best of N (the machines are noisy: absolute timings move with the load, ra
     .venv/bin/python bench/qa.py                                   # everything, default sizes
     .venv/bin/python bench/qa.py --domains chemistry --synthetic-entities 0 --llm-seeds 16   # quick
     .venv/bin/python bench/qa.py --llm-seeds 0                     # seeds only
+    .venv/bin/python bench/qa.py --toy --out /tmp/bench            # smoke test, seconds
 
 1. Seeds: the eligible seeds of a graph (depth-3 ball of 20..400 nodes, ``params.seeds``) and their
    balls, with the library (``eligible_seeds`` + ``ball_nodes``: sparse matrix products, what
@@ -48,9 +49,7 @@ import numpy as np
 from _common import (
     DEGREE_LAW,
     MB,
-    RESULTS_DIR,
-    ROOT,
-    RawHelpFormatter,
+    BenchParser,
     Stage,
     alternate,
     args_record,
@@ -63,6 +62,7 @@ from _common import (
     verdict,
     write_results,
 )
+from _toy import toy_project
 from scipy import sparse
 
 from pipelines.config import Params, QAParams, load_params
@@ -154,8 +154,8 @@ def bench_seeds(name: str, kg: KnowledgeGraph, params: Params, sample: int, repe
         "mean_ball_size": round(float(np.mean([b.size for b in balls])), 1) if balls else None,
         "ours": ours_m, "baseline": base_m,
         "ratio": ratio(ours_m["wall_s"], base_m["wall_s"]), "cpu_ratio": ratio(ours_m["cpu_s"], base_m["cpu_s"]),
-        "speedup": round(base_m["wall_s"] / ours_m["wall_s"], 2),
-        "cpu_speedup": round(base_m["cpu_s"] / ours_m["cpu_s"], 2) if ours_m["cpu_s"] > 0 else None,
+        "speedup": ratio(base_m["wall_s"], ours_m["wall_s"]),
+        "cpu_speedup": ratio(base_m["cpu_s"], ours_m["cpu_s"]),  # None when a run took no measurable CPU time
         "same_eligible": same_eligible, "same_balls": same_balls, "same_results": same_eligible and same_balls,
         "compared_nodes": int(nodes.size), "compared_eligible": len(base_eligible),
     }
@@ -390,13 +390,14 @@ def bench_llm(kg: KnowledgeGraph, domain: str, params: Params, args: argparse.Na
             out[label] = m
             log.info("    %-10s %.2f s: %d requests (%.1f/s), %d pairs (%.2f/s), max in flight %d", label, m["wall_s"],
                      m["requests"], m["requests_per_s"], m["pairs"], m["pairs_per_s"], m["max_in_flight"])
-        out["speedup"] = round(seq_m["wall_s"] / conc_m["wall_s"], 2)
+        out["speedup"] = ratio(seq_m["wall_s"], conc_m["wall_s"])
         out["throughput_ratio_requests"] = ratio(conc_m["requests_per_s"], seq_m["requests_per_s"])
         out["throughput_ratio_pairs"] = ratio(conc_m["pairs_per_s"], seq_m["pairs_per_s"])
         out["cpu_ratio"] = ratio(conc_m["cpu_s"], seq_m["cpu_s"])
         # what bounds the ratio: the time per request beyond the server's latency when sequential, and the
         # process CPU per request when concurrent (the client's work; the server runs elsewhere in process mode)
-        out["sequential_overhead_ms_per_request"] = round((seq_m["wall_s"] / seq_m["requests"] - args.latency) * 1000, 2)
+        out["sequential_overhead_ms_per_request"] = round(
+            (seq_m["wall_s"] / seq_m["requests"] - args.latency) * 1000, 2)
         out["concurrent_cpu_ms_per_request"] = round(conc_m["cpu_s"] / conc_m["requests"] * 1000, 2)
 
         # the cache: a fresh folder per repeat, a cold run that fills it, a rerun answered from it
@@ -489,7 +490,8 @@ def render(results: dict[str, Any]) -> str:
         for label, m, x in rows:
             out.append(f"{label:<24} {m['wall_s']:>8.3f} {m['requests']:>8} {m['requests_per_s']:>8.1f} "
                        f"{m['pairs']:>6} {m['pairs_per_s']:>8.1f} {m['max_in_flight']:>9} {x:>8.1f}")
-        out.append(f"x = sequential wall time / this run's. Cache rerun = {cache['rerun_ratio_vs_cold']:.4f} x the cold "
+        out.append(f"x = sequential wall time / this run's. Cache rerun = {cache['rerun_ratio_vs_cold']:.4f} x the "
+                   f"cold "
                    f"run ({cache['rerun_server_requests']} requests reached the server); cold run with cache = "
                    f"{cache['cold_ratio_vs_uncached']:.2f} x the uncached concurrent run. Same pairs in every run: "
                    f"{str(llm['same_pairs']).lower()}.")
@@ -516,9 +518,14 @@ def domain_kg(params: Params, domain: str) -> KnowledgeGraph:
     return read_kg(folder)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/qa.py", formatter_class=RawHelpFormatter,
+TOY = {"synthetic_entities": 400, "synthetic_relations": 1200, "seed_sample": 100, "repeat": 1, "synthetic_repeat": 1,
+       "llm_domain": "solar", "llm_seeds": 3, "concurrency": 4, "latency": 0.01, "server": "thread", "llm_repeat": 1,
+       "cache_repeat": 1}
+
+
+def build_parser() -> BenchParser:
+    parser = BenchParser(
+        "qa",
         description="Benchmark QA synthesis against baselines timed in the same process (ours and the baseline in "
                     "turn, best of N):\n"
                     "  1. seed/subgraph sampling (eligible_seeds + ball_nodes) vs a per-seed networkx BFS loop, on "
@@ -529,7 +536,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "and a rerun answered from the disk cache.",
         epilog="Targets (printed as PASS/MISS, never asserted): seeds >= 5x faster than networkx with the same "
                "results;\nLLM generation with concurrency >= 10x the sequential throughput; the cached rerun sends "
-               "no request.\nResults: a table on stdout, every number in --out (bench/results/ is git-ignored).")
+               "no request.\nResults: a table on stdout, every number in --out (bench/results/ is git-ignored).",
+        toy=TOY, toy_note="the domains: the throw-away project's solar domain (its KG built in-process)",
+        repeat=3, repeat_help="seeds runs per registry domain (ours and networkx in turn, best kept)",
+        seed_help="seed of the generated graph and of the networkx node sample")
     parser.add_argument("--domains", nargs="*", default=None, metavar="NAME",
                         help="registry domains for the seeds benchmark (default: every domain of the registry; give "
                              "the flag alone for none); a domain whose KG is not built is built with `omne kg build`")
@@ -540,8 +550,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed-sample", type=int, default=6000, metavar="N",
                         help="the networkx baseline runs from at most N nodes per graph: a seeded uniform sample on "
                              "larger graphs, its time extrapolated to all nodes (0: every node, however large)")
-    parser.add_argument("--repeat", type=int, default=3, metavar="N",
-                        help="seeds runs per registry domain (ours and networkx in turn, best kept)")
     parser.add_argument("--synthetic-repeat", type=int, default=2, metavar="N",
                         help="seeds runs on the generated graph")
     parser.add_argument("--llm-domain", default="chemistry", metavar="NAME",
@@ -561,12 +569,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="runs of the sequential and the concurrent generation (in turn, best kept)")
     parser.add_argument("--cache-repeat", type=int, default=2, metavar="N",
                         help="cold run + cached rerun pairs, each over a fresh cache folder (best kept)")
-    parser.add_argument("--seed", type=int, default=0, metavar="N",
-                        help="seed of the generated graph and of the networkx node sample")
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params.yaml to read")
-    parser.add_argument("--profile", default=None, help="params profile (default: the file's)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "qa.json", help="where to write the JSON results")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("repeat", "synthetic_repeat", "llm_repeat", "cache_repeat", "concurrency"):
         if getattr(args, name) < 1:
@@ -583,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(args.verbose, ("httpx", "httpx2", "openai", "uvicorn", "uvicorn.error", "filelock", "pipelines"))
     started = time.perf_counter()
+    if args.params is None:  # --toy: a throw-away project, the solar KG built in-process
+        args.params = toy_project(build="kg")
     params = load_params(args.params, args.profile)
     domains = load_registry(params.registry_path).names if args.domains is None else args.domains
     results: dict[str, Any] = {

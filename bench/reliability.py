@@ -16,30 +16,31 @@ Sections (``--sections``, default all):
   per stage that `omne run` wrote to artifacts/reports/run_timings.json. "n/a" until `make run` ran.
 
     .venv/bin/python bench/reliability.py                    # everything, full sizes (~6 min on 2 cores)
-    .venv/bin/python bench/reliability.py --toy              # small sizes (the smoke test of make test)
+    .venv/bin/python bench/reliability.py --toy --out /tmp/bench   # small sizes, 3 sections (tests/test_bench.py)
     .venv/bin/python bench/reliability.py --sections server --server-seconds 60
 """
 
 from __future__ import annotations
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-import _common  # noqa: F401 - offline environment and sys.path, before anything imports torch
-import yaml  # noqa: E402
-from _common import (  # noqa: E402
+import yaml
+
+# first: sets the offline environment and puts the project root on sys.path
+from _common import (
     ROOT,
-    RawHelpFormatter,
+    BenchParser,
     args_record,
     load_average,
     load_line,
@@ -81,13 +82,13 @@ def _ran_stages(output: str) -> list[str]:
 # dvc: kill -9 at each data stage, resume; omne run then dvc repro
 # --------------------------------------------------------------------------------------------
 
-def _dvc_project(root: Path, entities: int, relations: int) -> Path:
+def _dvc_project(root: Path, entities: int, relations: int, seed: int = 0) -> Path:
     """A git + DVC copy of the project (code, dvc.yaml, params.yaml) with one generated domain `synth`."""
     root.mkdir(parents=True)
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
-    source = make_synthetic(root / "kg_assets" / "synth", entities, relations, seed=0)
+    source = make_synthetic(root / "kg_assets" / "synth", entities, relations, seed=seed)
     registry = {"domains": {"synth": {"description": "A generated graph (bench/reliability.py).",
                                       "source": {"kind": "triples", "path": f"kg_assets/synth/{source.path}",
                                                  "entities": f"kg_assets/synth/{source.entities}"}}}}
@@ -145,12 +146,12 @@ def _kill_dvc_at(root: Path, stage: str, point: str) -> bool:
     return reached
 
 
-def run_dvc_probe(entities: int = 2000, relations: int = 8000) -> dict[str, Any]:
+def run_dvc_probe(entities: int = 2000, relations: int = 8000, seed: int = 0) -> dict[str, Any]:
     """SIGKILL `dvc repro` at the final rename of each data stage in turn, resuming each time; then `omne run
     --skip-eval` in a fresh copy and `dvc repro qa_dataset` (the same stages) after it."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="omne-dvc-probe-") as tmp:
-        root = _dvc_project(Path(tmp) / "killed", entities, relations)
+        root = _dvc_project(Path(tmp) / "killed", entities, relations, seed)
         points = {f"{stage}@synth": f"replace:{folder}/synth" for stage, folder in DATA_STAGES.items()}
         not_reached, half_written = [], 0
         for stage, point in points.items():  # each kill lands in the stage after the last one killed
@@ -161,7 +162,7 @@ def run_dvc_probe(entities: int = 2000, relations: int = 8000) -> dict[str, Any]
         failed_resume = int(resumed.returncode != 0 or bool(_half_written(root))
                             or not (root / "artifacts" / "qa" / "dataset" / "manifest.json").is_file())
 
-        fresh = _dvc_project(Path(tmp) / "fresh", entities, relations)
+        fresh = _dvc_project(Path(tmp) / "fresh", entities, relations, seed)
         built = _run(fresh, _venv_tool("omne"), "run", "--skip-eval")
         if built.returncode != 0:
             raise RuntimeError(f"omne run --skip-eval: {built.stderr[-1500:]}")
@@ -179,8 +180,9 @@ def run_dvc_probe(entities: int = 2000, relations: int = 8000) -> dict[str, Any]
 # project: this checkout after make run
 # --------------------------------------------------------------------------------------------
 
-def run_project_probe(root: Path = ROOT) -> dict[str, Any]:
-    """`dvc repro` seconds and reruns in this checkout, and the peak RSS per stage of its last `omne run`."""
+def run_project_probe(root: Path = ROOT, dry: bool = False) -> dict[str, Any]:
+    """`dvc repro` seconds and reruns in this checkout, and the peak RSS per stage of its last `omne run`;
+    ``dry`` (--toy): only what `dvc repro --dry` would rerun, nothing run."""
     figures: dict[str, Any] = {}
     timings = root / "artifacts" / "reports" / "run_timings.json"
     if timings.is_file():
@@ -189,7 +191,8 @@ def run_project_probe(root: Path = ROOT) -> dict[str, Any]:
         figures["peak_rss_max_mb"] = max(peaks.values(), default=None)
     if (root / "dvc.lock").is_file() and (root / "artifacts").is_dir():
         dry = _run(root, _venv_tool("dvc"), "repro", "--dry")
-        if would := _ran_stages(dry.stdout):  # never start a rebuild of the project from a benchmark
+        would = _ran_stages(dry.stdout)
+        if would or dry:  # never start a rebuild of the project from a benchmark, nor anything from a toy run
             figures["repro_would_rerun"] = would
             return figures
         start = time.perf_counter()
@@ -229,12 +232,16 @@ def table(results: dict[str, Any]) -> str:
     if (r := results.get("dvc")) is not None:
         rows.append(_row(f"dvc repro killed at {r['kill_points']} stages: half-written / failed resumes", "0 / 0",
                          f"{r['half_written_after_kill']} / {r['failed_resumes']}",
-                         r["half_written_after_kill"] == 0 and r["failed_resumes"] == 0 and not r["points_not_reached"]))
+                         r["half_written_after_kill"] == 0 and r["failed_resumes"] == 0
+                         and not r["points_not_reached"]))
         rows.append(_row("stages `dvc repro qa_dataset` reruns after `omne run --skip-eval` (generated domain)", "none",
                          ", ".join(r["repro_after_run_reran"]) or "none",
                          not r["repro_after_run_reran"] and r["repro_after_run_exit"] == 0))
     if (r := results.get("project")) is not None:
-        if "repro_would_rerun" in r:
+        if "repro_would_rerun" in r and not r["repro_would_rerun"]:
+            rows.append(_row("`dvc repro` after `make run` (this checkout)", f"<= {DVC_REPRO_TARGET_S:.0f} s",
+                             "n/a (--toy: `dvc repro --dry` only; nothing would rerun)", None))
+        elif "repro_would_rerun" in r:
             rows.append(_row("`dvc repro` after `make run` (this checkout)", f"<= {DVC_REPRO_TARGET_S:.0f} s",
                              f"n/a (stale: {len(r['repro_would_rerun'])} stages would run; run make run first)", None))
         elif "repro_s" in r:
@@ -252,10 +259,19 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawHelpFormatter)
+TOY = {"sections": ["imports", "llm", "server"], "concurrent": 4, "import_kill_points": 2, "llm_replies": 100,
+       "server_seconds": 3.0, "threads": 8, "hostile": 100, "large_scope": 100, "server_entities": 200,
+       "dvc_entities": 300}
+
+
+def build_parser() -> BenchParser:
+    parser = BenchParser("reliability", description=__doc__, toy=TOY,
+                         toy_note="the server's KG embedded with a tiny random encoder; the dvc section (dozens of "
+                                  "`dvc repro` and `omne` processes: minutes) and the project section (this "
+                                  "checkout) only when --sections names them, the project one then without running "
+                                  "`dvc repro` here",
+                         seed_help="seed of the generated KGs (the server's and the DVC domain's)", params=False)
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="what to probe")
-    parser.add_argument("--toy", action="store_true", help="small sizes everywhere (seconds, not minutes)")
     parser.add_argument("--concurrent", type=int, default=16, help="simultaneous `omne kg import --no-build`")
     parser.add_argument("--import-kill-points", type=int, default=5, help="imports SIGKILLed at named steps")
     parser.add_argument("--llm-replies", type=int, default=120, help="malformed replies sent to the LLM client")
@@ -263,17 +279,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=32, help="client threads of the load phase")
     parser.add_argument("--hostile", type=int, default=1000, help="hostile requests")
     parser.add_argument("--large-scope", type=int, default=1000, help="large-scope requests (memory phase)")
+    parser.add_argument("--server-entities", type=int, default=2000,
+                        help="entities of the server's generated KG (5 relations per entity)")
     parser.add_argument("--dvc-entities", type=int, default=2000, help="entities of the generated DVC domain")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json",
-                        help="where the figures go (JSON)")
-    args = parser.parse_args()
-    if args.toy:
-        args.concurrent, args.import_kill_points, args.llm_replies = 4, 2, 100
-        args.server_seconds, args.threads, args.hostile, args.large_scope = 3.0, 8, 100, 100
-        args.dvc_entities = 300
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     started = time.perf_counter()
     machine = {**machine_info(), "load_average_at_start": load_average()}
-    results: dict[str, Any] = {"args": args_record(args)}
+    results: dict[str, Any] = {"benchmark": "reliability", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                               "args": args_record(args)}
     if "imports" in args.sections:
         from _reliability_imports import run_import_probe
 
@@ -288,17 +305,25 @@ def main() -> None:
         from _reliability_server import run_server_probe
 
         print("server: hostile requests, load, large scopes ...", flush=True)
-        results["server"] = run_server_probe(args.server_seconds, args.threads, args.hostile, args.large_scope)
+        encoder = None
+        if args.toy:
+            from _toy import tiny_encoder
+
+            encoder = str(tiny_encoder())
+        results["server"] = run_server_probe(args.server_seconds, args.threads, args.hostile, args.large_scope,
+                                             entities=args.server_entities, relations=args.server_entities * 5,
+                                             seed=args.seed, encoder=encoder)
     if "dvc" in args.sections:
         print("dvc: kills at each data stage, then omne run + dvc repro ...", flush=True)
-        results["dvc"] = run_dvc_probe(args.dvc_entities, args.dvc_entities * 4)
+        results["dvc"] = run_dvc_probe(args.dvc_entities, args.dvc_entities * 4, seed=args.seed)
     if "project" in args.sections:
         print("project: dvc repro after make run, peak RSS per stage ...", flush=True)
-        results["project"] = run_project_probe()
+        results["project"] = run_project_probe(dry=args.toy)
     machine["load_average_at_end"] = load_average()
     results["machine"] = machine
     write_results(results, table(results) + "\n\n" + load_line(machine), args.out, started)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,6 +7,7 @@ turn, best of N (the machines are noisy: absolute timings move with the load, ra
     .venv/bin/python bench/rollout.py                                  # 32 test questions, batch 32 vs 1, CPU
     .venv/bin/python bench/rollout.py --questions 8 --repeat 1         # quick (~1 min)
     .venv/bin/python bench/rollout.py --device cuda --max-new-tokens 256 --max-rounds 5   # on a GPU
+    .venv/bin/python bench/rollout.py --toy --out /tmp/bench           # smoke test: a tiny random llama, seconds
 
 Same model (``load_agent_model("base")`` = SmolLM2-135M-Instruct, or ``--model PATH``), same
 questions (``--questions`` of the ``--split`` split, chosen by ``stable_sample`` over both buckets),
@@ -41,7 +42,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,9 +49,7 @@ import torch
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (
     MB,
-    RESULTS_DIR,
-    ROOT,
-    RawHelpFormatter,
+    BenchParser,
     Stage,
     args_record,
     load_average,
@@ -63,6 +61,7 @@ from _common import (
     verdict,
     write_results,
 )
+from _toy import toy_project
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.models import load_agent_model
@@ -263,8 +262,8 @@ def timed_run(label: str, engine: RolloutEngine, tasks: list[Task], recorder: Ge
         m.update(recorder.record(generated, wall))
     log.info("    %-22s %7.2f s: %.3f questions/s, %.1f generated tokens/s, %d turns, %d KG calls (%.3f s in tools%s)",
              label, wall, m["questions_per_s"], m["generated_tokens_per_s"], turns, len(calls), tool_s,
-             f", {recorder.seconds:.2f} s in {recorder.calls} generate calls, of which prefill {recorder.prefill_seconds:.2f} s"
-             if recorder is not None else "")
+             f", {recorder.seconds:.2f} s in {recorder.calls} generate calls, of which prefill "
+             f"{recorder.prefill_seconds:.2f} s" if recorder is not None else "")
     return trajectories, m
 
 
@@ -367,7 +366,8 @@ def render(results: dict[str, Any]) -> str:
     for label, m, base in rows:
         x = base["wall_s"] / m["wall_s"]
         out.append(f"{label:<20} {m['wall_s']:>8.2f} {m['cpu_s']:>8.2f} {m['questions_per_s']:>11.3f} "
-                   f"{m['generated_tokens_per_s']:>9.1f} {m['prompt_tokens_per_s']:>12.1f} {m['kg_calls_per_s']:>10.2f} "
+                   f"{m['generated_tokens_per_s']:>9.1f} {m['prompt_tokens_per_s']:>12.1f} "
+                   f"{m['kg_calls_per_s']:>10.2f} "
                    f"{m['turns']:>5} {m['generated_tokens']:>7} {m['kg_calls']:>8} {m.get('generate_calls', '-'):>8} "
                    f"{(m.get('generate_share') or 0) * 100:>5.0f}% {x:>6.2f}")
     c = results["comparison"]
@@ -383,9 +383,11 @@ def render(results: dict[str, Any]) -> str:
                    f"batches) batched would be {steady:.2f}x sequential.")
     if plain:
         out.append(f"plain = the client without its prefix cache, static cache or decode chunks, stop-string criteria "
-                   f"rebuilt at every generate call (the code before the prefix cache): batched {plain['speedup']:.2f}x "
+                   f"rebuilt at every generate call (the code before the prefix cache): batched "
+                   f"{plain['speedup']:.2f}x "
                    f"sequential there; the prefix cache path is {plain['gain_sequential']:.2f}x faster sequential, "
-                   f"{plain['gain_batched']:.2f}x batched; batched with the cache is {plain['batched_vs_plain_sequential']:.2f}x "
+                   f"{plain['gain_batched']:.2f}x batched; batched with the cache is "
+                   f"{plain['batched_vs_plain_sequential']:.2f}x "
                    f"the plain sequential loop.")
     if "generate_calls" in b:
         head = (f"{'inside generate':<20} {'calls':>5} {'rows':>5} {'prefill s':>9} {'prompt pos':>10} {'reused':>8} "
@@ -441,9 +443,13 @@ def render(results: dict[str, Any]) -> str:
 # Driver
 # --------------------------------------------------------------------------------------------
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/rollout.py", formatter_class=RawHelpFormatter,
+TOY = {"questions": 2, "split": "train", "batch_size": 2, "max_new_tokens": 8, "max_rounds": 2, "repeat": 1,
+       "device": "cpu", "diagnose": 1, "force_tool_call": True}
+
+
+def build_parser() -> BenchParser:
+    parser = BenchParser(
+        "rollout",
         description="Benchmark the batched rollout engine against a sequential one-question-at-a-time loop, timed "
                     "in the same process\n(in turn, best of N): the same model, questions, protocol and in-process "
                     "KG tools, greedy decoding.\n"
@@ -456,7 +462,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Target (printed as PASS/MISS, never asserted): batched >= 5x the sequential questions/s.\n"
                "The defaults keep each sequential run to 3-5 minutes on 2 CPU cores (11-15 minutes in all, 2 runs of "
                "each).\n"
-               "Results: a table on stdout, every number in --out (bench/results/ is git-ignored).")
+               "Results: a table on stdout, every number in --out (bench/results/ is git-ignored).",
+        toy=TOY, toy_note="the throw-away project's solar QA dataset (built in-process) and a tiny random llama as "
+                          "the base model",
+        repeat=2, repeat_help="runs of each engine (sequential then batched, in turn; the fastest kept)",
+        seed=None, seed_help="seed of the question sample (default: params eval.seed)")
     parser.add_argument("--model", default="base", metavar="PATH",
                         help="'base' (params agent.base_model: SmolLM2-135M-Instruct, converted once to "
                              "artifacts/models/smollm2), a local transformers folder or a PEFT adapter folder")
@@ -478,8 +488,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "on its own (it answers in plain text in one turn: no KG call, one turn per question); "
                              "this stands in for a tool-using policy: --max-rounds turns per question with a KG call "
                              "in each")
-    parser.add_argument("--repeat", type=int, default=2, metavar="N",
-                        help="runs of each engine (sequential then batched, in turn; the fastest kept)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="where the model runs (auto: cuda when available)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
@@ -497,12 +505,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="differing trajectories to explain (first differing token, top-2 logits at it)")
     parser.add_argument("--require-same", action="store_true",
                         help="exit with status 1 when the sequential and batched trajectories differ")
-    parser.add_argument("--seed", type=int, default=None, metavar="N",
-                        help="seed of the question sample (default: params eval.seed)")
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params.yaml to read")
-    parser.add_argument("--profile", default=None, help="params profile (default: the file's)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "rollout.json", help="where to write the JSON results")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("questions", "batch_size", "max_new_tokens", "max_rounds", "repeat"):
         if getattr(args, name) < 1:
@@ -531,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     started, load_start = time.perf_counter(), load_average()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.params is None:  # --toy: a throw-away project (solar QA dataset, tiny llama), built in-process
+        args.params = toy_project(build="qa", model=True)
     params = bench_params(load_params(args.params, args.profile), args)
     seed = params.eval.seed if args.seed is None else args.seed
 

@@ -5,9 +5,10 @@ Every speed is a RATIO against a baseline measured in the same process, the two 
 machines are noisy: absolute timings move with the load, ratios much less).
 
     .venv/bin/python bench/sft.py                      # = --quick: 8 conversations, 512 tokens, 4 steps x 2 rounds
-    .venv/bin/python bench/sft.py --steps 8 --rounds 3 --max-length 2048 --conversations 32
+    .venv/bin/python bench/sft.py --steps 8 --repeat 3 --max-length 2048 --conversations 32
     .venv/bin/python bench/sft.py --models tiny        # only the tiny random model
     .venv/bin/python bench/sft.py --device cuda        # on a GPU (bf16 where supported, as train_sft)
+    .venv/bin/python bench/sft.py --toy --out /tmp/bench   # smoke test: the tiny model, generated data, seconds
 
 Same model (the SmolLM2 folder, ``--model``; its tokenizer with the think tokens and the training
 chat template from ``prepare_tokenizer``, the embeddings grown by ``resize_for_tokens``), same data
@@ -27,7 +28,7 @@ Each run trains ``--warmup-steps`` (1) untimed optimizer steps, then ``--steps``
 step is timed from the end of the previous optimizer step to the end of its own (data loading and
 collation, forward and backward of every micro-batch, optimizer step and the logging of the previous
 step: everything a training loop pays). Runs alternate weighted, plain, weighted, plain, ...
-(``--rounds`` of each); reported per model: seconds per optimizer step, tokens/s (tokens of the
+(``--repeat`` of each); reported per model: seconds per optimizer step, tokens/s (tokens of the
 batches, padding excluded), process CPU seconds per step, and the ratio weighted / plain of the step
 time in each round and its median. Target (PASS/MISS, never asserted): the weighted
 think-loss costs <= 5% over plain SFT on SmolLM2.
@@ -61,9 +62,8 @@ import torch
 
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (
-    RESULTS_DIR,
     ROOT,
-    RawHelpFormatter,
+    BenchParser,
     args_record,
     cpu_seconds,
     load_average,
@@ -72,13 +72,14 @@ from _common import (
     setup_logging,
     write_results,
 )
+from _toy import tiny_model, toy_conversations
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 log = logging.getLogger("bench.sft")
 
 TARGET_OVERHEAD = 0.05  # weighted step time <= 1.05 x plain, on the real model
 QUICK = {"conversations": 8, "max_length": 512, "tiny_max_length": 2048, "steps": 4, "warmup_steps": 1,
-         "rounds": 2}
+         "repeat": 2}
 RUNS = ("weighted", "plain")
 
 
@@ -145,7 +146,7 @@ def sft_config(output_dir: Path, max_length: int, args: argparse.Namespace, devi
     every step and no activation checkpointing (as params.yaml), no progress bar."""
     from trl import SFTConfig
 
-    from pipelines.train.sft import use_bf16
+    from pipelines.train.precision import use_bf16
 
     bf16 = use_bf16("auto" if args.bf16 == "auto" else args.bf16 == "true", cuda=device == "cuda")
     return SFTConfig(
@@ -314,11 +315,11 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
 
 
 def bench_subject(subject: Subject, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """Weighted and plain in turn, ``--rounds`` each; ratios per round and their median."""
+    """Weighted and plain in turn, ``--repeat`` each; ratios per round and their median."""
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in RUNS}
-    for round_index in range(args.rounds):
+    for round_index in range(args.repeat):
         for kind in RUNS:
-            log.info("%s: round %d/%d, %s ...", subject.name, round_index + 1, args.rounds, kind)
+            log.info("%s: round %d/%d, %s ...", subject.name, round_index + 1, args.repeat, kind)
             run = train_once(subject, kind, args, device, measure_parts=round_index == 0)
             runs[kind].append(run)
             log.info("   %.3f s/step, %.0f tokens/s (steps %s s)", run["s_per_step"], run["tokens_per_s"] or 0,
@@ -362,7 +363,7 @@ def render_table(results: dict[str, Any]) -> str:
              f"vs plain TRL SFTTrainer (assistant-only loss)",
              f"{a['conversations']} conversations, batch {a['batch']} x grad accumulation {a['grad_accumulation']}, "
              f"LoRA r={a['lora_r']}, {a['warmup_steps']} warm-up + {a['steps']} timed optimizer steps per run, "
-             f"runs alternated weighted/plain x {a['rounds']}; device {results['device']}, "
+             f"runs alternated weighted/plain x {a['repeat']}; device {results['device']}, "
              f"{results['torch_threads']} torch threads"]
     header = (f"{'model':<9} {'max len':>7} {'run':<9} {'s/step':>8} {'tok/s':>8} {'cpu s/step':>10} "
               f"{'tok/step':>8} {'ratio':>7}  per round")
@@ -415,9 +416,19 @@ def render_table(results: dict[str, Any]) -> str:
 # Main
 # --------------------------------------------------------------------------------------------
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=RawHelpFormatter,
-                                     epilog="See docs/benchmarks.md for the method and the results.")
+TOY = {"models": ["tiny"], "data": None, "conversations": 4, "tiny_max_length": 512, "steps": 2, "warmup_steps": 1,
+       "repeat": 1, "threads": 1}
+
+
+def build_parser(name: str = "sft", description: str | None = None) -> BenchParser:
+    """bench/sft.py's options (bench/sft_precision.py reuses them under its own name)."""
+    parser = BenchParser(
+        name, description=description or __doc__.split("\n\n")[0],
+        epilog="See docs/benchmarks.md for the method and the results.",
+        toy=TOY, toy_note="the tiny model only, on generated two-round conversations about the solar graph",
+        repeat=QUICK["repeat"], repeat_aliases=("--rounds",),
+        repeat_help=f"runs of each trainer, in turn (quick: {QUICK['repeat']})",
+        seed_help="training seed (the data order)", params=False)
     parser.add_argument("--quick", action="store_true",
                         help="the quick sizes (the default): 8 conversations, max length 512 (tiny model 2048), "
                              "1 warm-up + 4 timed steps, 2 rounds; options given explicitly still win")
@@ -436,7 +447,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, metavar="N", help="timed optimizer steps per run (quick: 4)")
     parser.add_argument("--warmup-steps", type=int, metavar="N",
                         help="untimed optimizer steps at the start of every run (quick: 1)")
-    parser.add_argument("--rounds", type=int, metavar="N", help="runs of each trainer, in turn (quick: 2)")
     parser.add_argument("--batch", type=int, metavar="N", default=1, help="per-device batch")
     parser.add_argument("--grad-accumulation", type=int, metavar="N", default=2, help="gradient accumulation")
     parser.add_argument("--lora-r", type=int, metavar="N", default=8, help="LoRA rank")
@@ -451,20 +461,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "TRL's SFTConfig would turn it on)")
     parser.add_argument("--threads", type=int, metavar="N", default=0,
                         help="torch threads (0: torch's default for this machine)")
-    parser.add_argument("--seed", type=int, metavar="N", default=0, help="training seed (the data order)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "sft.json", help="where to write the JSON results")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_args(parser: BenchParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The quick sizes where not given, the bounds; with --toy and no --data, generated conversations."""
     for key, value in QUICK.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("conversations", "max_length", "tiny_max_length", "steps", "rounds", "batch", "grad_accumulation",
+    for key in ("conversations", "max_length", "tiny_max_length", "steps", "repeat", "batch", "grad_accumulation",
                 "lora_r"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1")
     if args.warmup_steps < 0:
         parser.error("--warmup-steps must be >= 0")
+    if args.data is None:  # --toy
+        args.data = toy_conversations(count=args.conversations)
     return args
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    return check_args(parser, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,10 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "smollm2":
                 folder, max_length = args.model, args.max_length
             else:
-                sys.path.insert(0, str(ROOT))
-                from tests.model_support import build_tiny_llama
-
-                folder, max_length = build_tiny_llama(Path(tiny_dir)), args.tiny_max_length
+                folder, max_length = tiny_model(Path(tiny_dir) / "tiny-llama"), args.tiny_max_length
             log.info("== %s (%s), max length %d", name, folder, max_length)
             subject = Subject(name, folder, conversations, max_length, args)
             results["models"][name] = bench_subject(subject, args, device)

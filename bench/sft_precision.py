@@ -2,13 +2,14 @@
 """Benchmark: the stage-2 SFT trainer in bf16 mixed precision vs fp32, on this machine's device.
 
 Why: ``sft.bf16: auto`` (and ``rl.*.bf16``) turns bf16 autocast on where the hardware multiplies bf16
-natively — a CUDA GPU, or a CPU with AVX512-BF16 / AMX (``pipelines.train.sft.cpu_has_native_bf16``).
+natively — a CUDA GPU, or a CPU with AVX512-BF16 / AMX (``pipelines.train.precision.cpu_has_native_bf16``).
 This measures what that buys, as a RATIO against fp32 measured in the same process, the two runs in
 turn (the machines are noisy: absolute timings move with the load, ratios much less), and how far
 the losses of the same steps move.
 
     .venv/bin/python bench/sft_precision.py                 # 8 conversations, 2048 tokens, 1 + 3 steps x 2 rounds
-    .venv/bin/python bench/sft_precision.py --steps 4 --rounds 3
+    .venv/bin/python bench/sft_precision.py --steps 4 --repeat 3
+    .venv/bin/python bench/sft_precision.py --toy --out /tmp/bench   # smoke test: the tiny random llama, seconds
 
 Everything else is bench/sft.py's: the same SmolLM2 subject (tokenizer with the think tokens, LoRA as
 ``train_sft`` builds it), the same ``SFTConfig`` and data order, the weighted trainer
@@ -24,20 +25,22 @@ import sys
 import time
 import warnings
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
 import torch
-from _common import RESULTS_DIR, args_record, load_average, machine_info, setup_logging, verdict, write_results
+from _common import args_record, load_average, machine_info, setup_logging, verdict, write_results
+from _toy import tiny_model
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("bf16", "fp32")
 
 
 def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """bf16 and fp32 in turn, ``--rounds`` each; the speed-up per round (fp32 s/step / bf16 s/step)."""
+    """bf16 and fp32 in turn, ``--repeat`` each; the speed-up per round (fp32 s/step / bf16 s/step)."""
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in RUNS}
-    for round_index in range(args.rounds):
+    for round_index in range(args.repeat):
         for kind in RUNS:
             args.bf16 = "true" if kind == "bf16" else "false"
             run = sft_bench.train_once(subject, "weighted", args, device)
@@ -60,11 +63,12 @@ def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, A
 
 def render_table(results: dict[str, Any]) -> str:
     a, m = results["args"], results["result"]
-    lines = [f"SFT step time, bf16 autocast vs fp32 (ThinkWeightedSFTTrainer, SmolLM2, LoRA r={a['lora_r']}), "
-             f"device {results['device']} (native bf16: {results['native_bf16']}), {results['torch_threads']} threads",
-             f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad accumulation "
-             f"{a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
-             f"runs alternated bf16/fp32 x {a['rounds']}", "",
+    lines = [f"SFT step time, bf16 autocast vs fp32 (ThinkWeightedSFTTrainer, {Path(results['model']).name}, "
+             f"LoRA r={a['lora_r']}), device {results['device']} (native bf16: {results['native_bf16']}), "
+             f"{results['torch_threads']} threads",
+             f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad "
+             f"accumulation {a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
+             f"runs alternated bf16/fp32 x {a['repeat']}", "",
              f"{'run':<6} {'s/step':>8} {'tok/s':>8}", "-" * 24]
     for kind in RUNS:
         s = m["summary"][kind]
@@ -80,20 +84,25 @@ def render_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """bench/sft.py's options, with this benchmark's defaults; --toy: the tiny model instead of SmolLM2."""
+    parser = sft_bench.build_parser("sft_precision", description=__doc__.split("\n\n")[0])
+    parser.set_defaults(conversations=8, max_length=2048, steps=3, repeat=2, models=["smollm2"])
+    parser.set_toy(model=None, max_length=512)
+    args = sft_bench.check_args(parser, parser.parse_args(argv))
+    if args.model is None:  # --toy
+        args.model = tiny_model()
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    defaults = {"--conversations": "8", "--max-length": "2048", "--steps": "3", "--rounds": "2",
-                "--out": str(RESULTS_DIR / "sft_precision.json")}
-    for flag, value in defaults.items():
-        if flag not in argv:
-            argv += [flag, value]
-    args = sft_bench.parse_args([*argv, "--models", "smollm2"])
+    args = parse_args(argv)
     setup_logging(args.verbose, ("httpx", "urllib3", "filelock", "huggingface_hub", "datasets", "transformers",
                                  "peft", "trl", "accelerate"))
     warnings.filterwarnings("ignore")
     import transformers
 
-    from pipelines.train.sft import cpu_has_native_bf16
+    from pipelines.train.precision import cpu_has_native_bf16
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -106,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "sft_precision", "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(), "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "native_bf16": bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16(),
-        "torch_threads": torch.get_num_threads(), "args": args_record(args),
+        "torch_threads": torch.get_num_threads(), "args": args_record(args), "model": str(args.model),
         "load_average": {"start": load_average()},
     }
     subject = sft_bench.Subject("smollm2", args.model, conversations, args.max_length, args)

@@ -9,6 +9,7 @@ the targets are reported as PASS/MISS, never asserted.
     .venv/bin/python bench/tools.py                                   # default domains + 100k synthetic graph
     .venv/bin/python bench/tools.py --domains chemistry --synthetic-entities 0   # one small domain only
     .venv/bin/python bench/tools.py --domains --work-dir /tmp/omne-synth         # synthetic only, kept for reruns
+    .venv/bin/python bench/tools.py --toy --out /tmp/bench                       # smoke test, seconds
 
 Measured per graph (a registry domain, or a generated power-law-ish graph built into a temporary
 project folder with the library's own build steps):
@@ -58,18 +59,18 @@ import yaml
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (
     DEGREE_LAW,
-    RESULTS_DIR,
-    ROOT,
-    RawHelpFormatter,
+    BenchParser,
     args_record,
     load_average,
     load_line,
     machine_info,
+    ratio,
     setup_logging,
     verdict,
     write_results,
 )
 from _common import make_synthetic as _make_synthetic
+from _toy import toy_project
 from tqdm.auto import tqdm
 
 from pipelines.agent.calls import ToolCall, format_call
@@ -118,8 +119,8 @@ def speedup(ours_s: Sequence[float], baseline_s: Sequence[float]) -> dict[str, f
     """How many times faster ours is: baseline / ours, on the mean (= calls/s ratio) and on the p50."""
     if not len(ours_s) or not len(baseline_s):
         return {"mean": None, "p50": None}
-    return {"mean": round(float(np.mean(baseline_s)) / float(np.mean(ours_s)), 2),
-            "p50": round(float(np.median(baseline_s)) / float(np.median(ours_s)), 2)}
+    return {"mean": ratio(float(np.mean(baseline_s)), float(np.mean(ours_s))),
+            "p50": ratio(float(np.median(baseline_s)), float(np.median(ours_s)))}
 
 
 def timed(fn: Callable[[Any], Any], items: Sequence[Any], out: list[float]) -> list[Any]:
@@ -302,7 +303,8 @@ def bench_http(url: str, texts: list[str], batch_size: int, expected: dict[str, 
             batch_s.append(time.perf_counter() - t0)
     finally:
         client.close()
-    mismatched = sum(1 for text, r in zip(texts, results, strict=True) if text in expected and r.content != expected[text])
+    mismatched = sum(1 for text, r in zip(texts, results, strict=True)
+                     if text in expected and r.content != expected[text])
     mismatched += sum(1 for text, r in zip(texts, batch_results, strict=True)
                       if text in expected and r.content != expected[text])
     failed = sum(not r.ok for r in results) + sum(not r.ok for r in batch_results)
@@ -379,7 +381,8 @@ def bench_node_info(toolbox: KGToolbox, graph: DomainGraph, names: list[str], ba
     }
     del scan, nxg
     gc.collect()
-    log.info("    in-process p50 %.1f µs, %.0f calls/s; linear scan p50 %.2f ms -> x%.0f; networkx p50 %.1f µs -> x%.2f",
+    log.info("    in-process p50 %.1f µs, %.0f calls/s; linear scan p50 %.2f ms -> x%.0f; "
+             "networkx p50 %.1f µs -> x%.2f",
              out["in_process"]["p50_ms"] * 1000, out["in_process"]["calls_per_s"], out["linear_scan"]["p50_ms"],
              out["speedup_vs_linear_scan"]["mean"], out["networkx"]["p50_ms"] * 1000,
              out["speedup_vs_networkx"]["mean"])
@@ -462,14 +465,18 @@ def bench_entity_matcher(toolbox: KGToolbox, graph: DomainGraph, encoder: Encode
         "entities": graph.num_entities, "dimension": int(graph.vectors.shape[1]), "k": TOP_K,
         "nearest": summary(near_s), "lance_flat": summary(flat_s), "speedup_vs_lance_flat": speedup(near_s, flat_s),
         "nearest_blas_1_thread": summary(near_1),
-        "top1_agreement_vs_lance_flat": round(float(np.mean([a[0] == b[0] for a, b in zip(near_ids, flat_ids, strict=True)])), 4),
-        f"top{TOP_K}_set_agreement_vs_lance_flat": round(float(np.mean([set(a) == set(b) for a, b in zip(near_ids, flat_ids, strict=True)])), 4),
+        "top1_agreement_vs_lance_flat": round(float(np.mean([a[0] == b[0] for a, b in
+                                                              zip(near_ids, flat_ids, strict=True)])), 4),
+        f"top{TOP_K}_set_agreement_vs_lance_flat": round(float(np.mean([set(a) == set(b) for a, b in
+                                                                         zip(near_ids, flat_ids, strict=True)])), 4),
     }
     if ann:
         ann_ids = [[h.id for h in hits] for hits in ann_top]
         search["lance_ivf_pq"] = {**summary(ann_s), "nprobes": ann.params.ann_nprobes,
                                   "refine_factor": ann.params.ann_refine_factor,
-                                  f"recall_at_{TOP_K}_vs_exact": round(float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ann_ids, near_ids, strict=True)])), 4),
+                                  f"recall_at_{TOP_K}_vs_exact": round(float(np.mean([
+                                      len(set(a) & set(b)) / len(b)
+                                      for a, b in zip(ann_ids, near_ids, strict=True)])), 4),
                                   "speedup_of_nearest_vs_ivf_pq": speedup(near_s, ann_s)}
     out["search"] = search
     log.info("    cold p50 %.2f ms (model alone %.2f ms); warm p50 %.2f ms; nearest p50 %.2f ms vs lance flat %.2f ms"
@@ -641,7 +648,8 @@ def render(results: dict[str, Any]) -> str:
         ivf_text = f"{ivf['p50_ms']:>7.2f} {ivf[f'recall_at_{TOP_K}_vs_exact']:>6.3f}" if ivf else "-"
         out.append(f"{name:<10} {cold['p50_ms']:>6.2f}/{cold['p99_ms']:<7.2f} {_f(cold['calls_per_s'], ',.0f', 7)} "
                    f"{em['query_encode_model_only']['p50_ms']:>9.2f} {warm['p50_ms']:>6.3f}/{warm['p99_ms']:<7.3f} "
-                   f"{_f(warm['calls_per_s'], ',.0f', 7)} {s['nearest']['p50_ms']:>7.3f}/{s['nearest']['p99_ms']:<8.3f} "
+                   f"{_f(warm['calls_per_s'], ',.0f', 7)} "
+                   f"{s['nearest']['p50_ms']:>7.3f}/{s['nearest']['p99_ms']:<8.3f} "
                    f"{s['lance_flat']['p50_ms']:>14.3f} {_f(s['speedup_vs_lance_flat']['p50'], '.1f', 7)} "
                    f"{ivf_text:>15} {_f(em['http_warm']['single']['calls_per_s'], ',.0f', 7)} "
                    f"{_f(em['http_warm']['batch']['calls_per_s'], ',.0f', 9)}")
@@ -652,7 +660,8 @@ def render(results: dict[str, Any]) -> str:
         em = g["entity_matcher"]
         out.append(f"{name:<10} {em['query_encode_model_only']['p50_ms']:>14.2f} "
                    f"{em['query_encode_model_only_torch_1_thread']['p50_ms']:>14.2f} "
-                   f"{em['search']['nearest']['p50_ms']:>9.3f} {em['search']['nearest_blas_1_thread']['p50_ms']:>13.3f}")
+                   f"{em['search']['nearest']['p50_ms']:>9.3f} "
+                   f"{em['search']['nearest_blas_1_thread']['p50_ms']:>13.3f}")
     out += ["", "targets"]
     for c in results["targets"]:
         value = "-" if c["value"] is None else f"{c['value']:,.2f} {c['unit']}"
@@ -667,9 +676,13 @@ def render(results: dict[str, Any]) -> str:
 # Driver
 # --------------------------------------------------------------------------------------------
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/tools.py", formatter_class=RawHelpFormatter,
+TOY = {"synthetic_entities": 300, "synthetic_relations": 1000, "calls": 40, "cold_calls": 20, "baseline_calls": 10,
+       "search_queries": 20, "warm_pool": 10, "batch_size": 16}
+
+
+def build_parser() -> BenchParser:
+    parser = BenchParser(
+        "tools",
         description="Benchmark the agent's KG tools (node_info, entity_matcher) in-process and over HTTP, "
                     "against baselines timed in the same process: a linear scan over all triples (KG-R1's "
                     "server), a networkx adjacency look-up, and LanceDB flat search. Speeds are ratios; "
@@ -677,7 +690,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Targets: node_info >= 100x the linear scan; exact top-5 over 100k entities p50 <= 5 ms "
                "in-process; HTTP batch >= 2,000 calls/s.\nThe registry domains must be built (missing ones "
                "are built with `omne run`); the synthetic graph is built into --work-dir (default: a temporary "
-               "folder, removed at the end; embedding 100k names takes minutes on 2 cores).")
+               "folder, removed at the end; embedding 100k names takes minutes on 2 cores).",
+        toy=TOY, toy_note="the domains: the throw-away project's solar domain (built in-process, tiny encoder)",
+        seed_help="seed of the generated graph and samples")
     parser.add_argument("--domains", nargs="*", default=None, metavar="NAME",
                         help="registry domains to benchmark (default: every domain of the registry; "
                              "give the flag alone for none)")
@@ -697,15 +712,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warm-pool", type=int, default=100, metavar="N",
                         help="distinct queries the warm entity_matcher calls cycle over")
     parser.add_argument("--batch-size", type=int, default=64, metavar="N", help="calls per HTTP batch request")
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the generated graph and samples")
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params.yaml to read")
-    parser.add_argument("--profile", default=None, help="params profile (default: the file's)")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="keep the synthetic project here and reuse it on the next run (builds are skipped "
                              "when up to date)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "tools.json",
-                        help="where to write the JSON results")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("calls", "cold_calls", "baseline_calls", "search_queries", "warm_pool", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -718,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose, ("sentence_transformers", "httpx", "urllib3", "filelock", "huggingface_hub",
                                  "uvicorn", "pipelines.agent.tools"))
     started = time.perf_counter()
+    if args.params is None:  # --toy: a throw-away project, the solar domain built in-process
+        args.params = toy_project(build="index")
     params = load_params(args.params, args.profile)
     domains = load_registry(params.registry_path).names if args.domains is None else args.domains
     ensure_built(params, domains)

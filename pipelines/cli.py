@@ -364,7 +364,8 @@ def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
         build_gold_paths(domain, params)
     result = build_qa_dataset(params, with_pairs, force=force)
     print_qa_stats(result.stats)
-    click.echo(f"{'up to date' if result.skipped else 'built'}: {result.manifest.rows['pairs']} pairs -> {result.folder}")
+    state = "up to date" if result.skipped else "built"
+    click.echo(f"{state}: {result.manifest.rows['pairs']} pairs -> {result.folder}")
     if not no_checks:
         from pipelines.run import print_check_outcomes, qa_dataset_checks
 
@@ -493,11 +494,13 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 @click.option("--split", type=click.Choice(["train", "val", "test"]), help="QA split (default: eval.split).")
 @click.option("--limit", type=click.IntRange(min=1),
               help="Questions per bucket (with --kgqa: questions), a stable sample (default: eval.limit).")
-@click.option("--protocol", type=click.Choice(["omne", "kg_r1", "search"]), help="Agent protocol (default: agent.protocol).")
+@click.option("--protocol", type=click.Choice(["omne", "kg_r1", "search"]),
+              help="Agent protocol (default: agent.protocol).")
 @click.option("--baseline", type=click.Choice(["direct", "cot", "tools", "retrieval", "graph"]),
               help="Evaluate a baseline instead: no tools (direct, cot), the base model with tools (tools), "
                    "retrieved facts (retrieval) or the question's subgraph (graph) in the prompt.")
-@click.option("--endpoint", help="An OpenAI-compatible server to generate with (e.g. a `vllm serve` URL ending in /v1).")
+@click.option("--endpoint",
+              help="An OpenAI-compatible server to generate with (e.g. a `vllm serve` URL ending in /v1).")
 @click.option("--tools-server", help="Call a running `omne tools serve` instead of in-process tools.")
 @click.option("--name", help="Report name under artifacts/reports/ (default: <model>-<protocol|baseline>-<split>).")
 @click.option("--kgqa", "kgqa", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -587,6 +590,34 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool
     except QAChecksFailed as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(1)
+
+
+@cli.command("memory")
+@click.option("--model", "model", default="base", show_default=True,
+              help="Model whose config.json sizes the estimate: 'base' (agent.base_model) or a transformers folder.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]),
+              help="Device to estimate for (default: cuda when one is visible, else cpu).")
+@click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON (bytes per part).")
+@click.pass_context
+def memory_command(ctx: click.Context, model: str, device: str | None, as_json: bool) -> None:
+    """Estimate each training and evaluation stage's peak memory on one device for the selected profile (e.g.
+    `omne --profile paper memory --device cuda`): weights, optimizer, activations, LM head tile, KV caches."""
+    import torch
+    from transformers import AutoConfig
+
+    from pipelines.agent.models import resolve_model_folder
+    from pipelines.tables import print_memory_estimates
+    from pipelines.train.memory import ModelShape, estimate_stages
+
+    params = _params(ctx)
+    folder = resolve_model_folder(model, params)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    shape = ModelShape.from_config(AutoConfig.from_pretrained(folder))
+    estimates = estimate_stages(shape, params, cuda=device == "cuda")
+    if as_json:
+        click.echo(json.dumps([e.model_dump() | {"total_bytes": e.total} for e in estimates], indent=2))
+        return
+    print_memory_estimates(estimates, model=folder.name, device=device, profile=params.profile)
 
 
 @cli.command("lineage")

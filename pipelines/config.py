@@ -67,7 +67,8 @@ class LLMParams(_Section):
     """The LLM used for QA generation, judging and text->KG extraction (never needed by `make run`)."""
 
     backend: Literal["openai", "transformers"] = "openai"
-    base_url: str = "http://127.0.0.1:8000/v1"  # any OpenAI-compatible endpoint, e.g. `vllm serve`; env OMNE_LLM_BASE_URL
+    # any OpenAI-compatible endpoint, e.g. `vllm serve`; env OMNE_LLM_BASE_URL
+    base_url: str = "http://127.0.0.1:8000/v1"
     model: str = ""  # model name at the endpoint, or for transformers a local HF folder / "smollm2"; env OMNE_LLM_MODEL
     api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable that holds the key (never the key)
     concurrency: int = Field(8, ge=1)
@@ -155,7 +156,7 @@ class SFTParams(_Section):
     think-loss. Base values are the quick CPU profile; the paper profile sets the paper's sizes."""
 
     method: Literal["lora", "full"] = "lora"
-    mode: Literal["think", "no_think"] = "think"  # no_think: every gpt turn's thinking becomes the empty <think></think>
+    mode: Literal["think", "no_think"] = "think"  # no_think: each gpt turn's thinking becomes an empty <think></think>
     think_weight: float = Field(1.0, ge=0.0, le=1.0)  # loss weight of <think>...</think> spans (paper's best: 0.001)
     sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.1, 0.001, 0.0],
                                        min_length=1)  # 4 of Table 5's grid (the paper profile: all 8)
@@ -192,7 +193,7 @@ class RLStageParams(_Section):
     """One RL stage (Omne-R1 paper: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
     trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
 
-    algorithm: Literal["grpo", "ppo"] = "grpo"  # ppo: GAE with a value model (the Omne-R1 paper's); grpo: group baseline
+    algorithm: Literal["grpo", "ppo"] = "grpo"  # ppo: GAE with a value model (Omne-R1 paper's); grpo: group baseline
     rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1)
     reward_weights: list[float] | None = None  # one per reward; None: 1 each
     reward_options: dict[str, Any] = Field(default_factory=dict)  # RewardOptions overrides (weights, K, lambda, ...)
@@ -223,7 +224,8 @@ class RLStageParams(_Section):
     gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo
     gamma: float = Field(1.0, ge=0, le=1)  # ppo
     bf16: Literal["auto"] | bool = "auto"
-    gradient_checkpointing: bool = False  # recompute activations in backward: memory for ~1/3 more compute (long GPU episodes)
+    # recompute activations in backward: memory for ~1/3 more compute (long GPU episodes)
+    gradient_checkpointing: bool = False
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1)

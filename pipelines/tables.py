@@ -48,7 +48,8 @@ def print_qa_stats(stats: dict[str, Any]) -> None:
     table = _table("omne QA dataset", ["domain", "1/2-hop", "3+", "total", "train", "val", "test",
                                        "hops 1/2/3/4+", "words/q"], ("domain",))
     for domain, row in stats.get("domains", {}).items():
-        splits = {s: sum(n for k, n in row["splits"].items() if k.startswith(f"{s}/")) for s in ("train", "val", "test")}
+        splits = {s: sum(n for k, n in row["splits"].items() if k.startswith(f"{s}/"))
+                  for s in ("train", "val", "test")}
         hops = row["hops"]
         hop_text = "/".join(str(hops.get(str(h), 0)) for h in (1, 2, 3)) + \
             f"/{sum(n for h, n in hops.items() if int(h) >= 4)}"
@@ -82,4 +83,15 @@ def print_stage_table(times: StageTimes) -> None:
                       f"{peak / 1024:.2f}" if peak is not None else "")
     overall = max(times.peak_rss_mb.values(), default=None)
     table.add_row("total", f"{total:.1f}", "100%", f"{overall / 1024:.2f}" if overall is not None else "")
+    console().print(table)
+
+
+def print_memory_estimates(estimates: list, *, model: str, device: str, profile: str) -> None:
+    """One row per stage: the estimated bytes of each part and the total, in GiB (``pipelines.train.memory``)."""
+    parts = list(dict.fromkeys(part for estimate in estimates for part in estimate.parts))
+    table = _table(f"estimated peak memory per {device} device, profile {profile}, model {model} (GiB)",
+                   ["stage", *parts, "total", "assuming"], ("stage", "assuming"))
+    for estimate in estimates:
+        cells = [f"{estimate.parts[p] / (1 << 30):.2f}" if p in estimate.parts else "" for p in parts]
+        table.add_row(estimate.stage, *cells, f"{estimate.total / (1 << 30):.2f}", "; ".join(estimate.notes))
     console().print(table)

@@ -71,6 +71,7 @@ def _wait_gone(server: DagsterDev, seconds: float) -> bool:
     while True:
         server.process.poll()  # reap the leader, else it stays a zombie of this process
         if not _group_members(server.process.pid):
+            server.process.wait(timeout=10)  # the leader may have exited (a zombie) after the poll above: reap it
             return True
         if time.monotonic() > deadline:
             return False

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import Params
-from pipelines.eval.runner import evaluate, load_split
+from pipelines.eval.runner import SplitSource, evaluate, load_split
+from pipelines.eval.source import QuestionSource
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
 from tests.conftest import cli_env
@@ -82,6 +83,22 @@ def test_graph_baseline_contains_the_question_path(solar_qa: Params) -> None:
     triples = json.loads(prompt.split("Knowledge-graph triples (head, relation, tail):\n", 1)[1].split("\n\n")[0])
     for edge in pair.path_edges:
         assert [edge.src, edge.keywords, edge.dst] in triples
+
+
+def test_an_explicit_split_source_asks_and_reports_what_the_options_do(solar_qa: Params) -> None:
+    source = SplitSource.load(solar_qa, "train", 50)
+    assert isinstance(source, QuestionSource) and source.summary(solar_qa.root) is None
+    assert set(source.inputs(solar_qa.root)) == {"artifacts/qa/dataset/train.jsonl", "artifacts/qa/dataset/gold_paths.jsonl"}
+    by_options, by_source = (ScriptedChatClient(lambda r: "<answer>x</answer>") for _ in range(2))
+    options = evaluate(solar_qa, client=by_options, split="train", limit=50, baseline="graph", progress=False,
+                       name="by-options")
+    sourced = evaluate(solar_qa, client=by_source, source=source, baseline="graph", progress=False, name="by-source")
+    assert [r.messages for r in by_source.requests] == [r.messages for r in by_options.requests]
+    manifests = [json.loads((r.folder / "manifest.json").read_text()) for r in (options, sourced)]
+    for manifest in manifests:
+        manifest["params"].pop("wall_time_s")
+    assert manifests[0]["inputs"] == manifests[1]["inputs"] and manifests[0]["params"] == manifests[1]["params"]
+    assert sourced.kgqa is None and sourced.metrics.split == "train"
 
 
 def test_omne_eval_cli_runs_a_local_model(solar_qa: Params, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pipelines.agent.server import CallRequest, create_app
 from pipelines.agent.tools import EpisodeState, KGToolbox, Scope, subgraph_entities
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
+from pipelines.eval.contexts import GRAPH_HEADER, graph_context, neighbourhood
 from pipelines.eval.kgqa import (
     KGQAFormatError,
     build_kgqa_domain,
@@ -210,6 +211,23 @@ def test_the_subgraph_is_every_entity_within_two_hops_either_way(mini) -> None: 
         == {"Illinois"}  # Illinois is 3 hops away (Obama - Michelle - Chicago - Illinois)
     assert not names & {"United States", "Nairobi", "Jill Biden", "Springfield", "Kansas"}
     assert {graph.names[i] for i in subgraph_entities(graph, [graph.lookup("Kenya")], 0)} == {"Kenya"}
+
+
+def test_the_graph_walk_stops_at_its_radius_and_stays_within_the_subgraph(mini) -> None:  # noqa: ANN001
+    graph = mini[1].graph("mini_kg")
+    obama = graph.lookup("Barack Obama")
+    one = list(neighbourhood(graph, [obama], hops=1))
+    assert sorted(one) == sorted(int(r) for r in graph.incident(obama))
+    two = list(neighbourhood(graph, [obama], hops=2))
+    assert two[:len(one)] == one and len(set(two)) == len(two) > len(one)  # nearest first, each relation once
+    inside = subgraph_entities(graph, [obama], 1)
+    walked = list(neighbourhood(graph, [obama], within=inside))
+    # every relation with both ends inside the 1-hop subgraph (those between neighbours too), and no other
+    assert sorted(walked) == [r for r in range(len(graph.rel_src))
+                              if int(graph.rel_src[r]) in inside and int(graph.rel_dst[r]) in inside]
+    path = ["Barack Obama", "made-up relation", "Honolulu"]
+    triples = json.loads(graph_context(graph, [obama], 3, hops=2, first=[path]).removeprefix(GRAPH_HEADER))
+    assert len(triples) == 3 and path in triples and triples == sorted(triples)
 
 
 def test_node_info_lists_only_neighbours_inside_the_scope(mini) -> None:  # noqa: ANN001

@@ -19,7 +19,6 @@ from pipelines.eval.metrics import (  # _triple_alternatives: the readings behav
     gold_triples,
     group_scores,
     hit_at_1,
-    hops_key,
     normalise_answer,
     normalised_em,
     parse_triples,
@@ -28,7 +27,7 @@ from pipelines.eval.metrics import (  # _triple_alternatives: the readings behav
     set_f1,
     triple_named,
 )
-from pipelines.eval.schema import EvalMetrics, Scores
+from pipelines.eval.schema import EvalMetrics, Scores, hops_key
 from pipelines.qa.models import GoldPath, GoldPathItem, PathEdge
 
 

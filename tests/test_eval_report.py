@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+import tomllib
+from fnmatch import fnmatch
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ from pipelines.eval.report import (
 from pipelines.eval.schema import Behaviour, Efficiency, EvalMetrics, Scores
 from pipelines.manifest import read_manifest, sha256_file
 from pipelines.qa.models import GoldPath, GoldPathItem, PathEdge
+from tests.conftest import PROJECT_ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -199,6 +203,21 @@ def test_html_is_self_contained_and_escaped(report: Path) -> None:
     think = [p for t in data["episodes"][1]["turns"] for p in t["parts"] if p["kind"] == "think"]
     assert think[0]["text"] == XSS_THINK
     assert json.loads(script_json({"x": "</script><!--&\u2028"})) == {"x": "</script><!--&\u2028"}
+
+
+def test_the_page_css_and_js_are_package_data_inlined_into_the_report(report: Path) -> None:
+    assets = resources.files("pipelines.eval") / report_module.ASSETS
+    names = sorted(f.name for f in assets.iterdir() if f.is_file())
+    assert names == ["report.css", "report.html", "report.js"]
+    page = (report / "report.html").read_text(encoding="utf-8")
+    template = (assets / "report.html").read_text(encoding="utf-8")
+    assert page.startswith(template.split("{title}")[0]) and page.endswith(template.rsplit("{js}", 1)[1])
+    for name in ("report.css", "report.js"):
+        assert (assets / name).read_text(encoding="utf-8") in page
+    # an installed (non-editable) package has them only when pyproject.toml declares them
+    declared = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = declared["tool"]["setuptools"]["package-data"]["pipelines.eval"]
+    assert all(any(fnmatch(f"{report_module.ASSETS}/{name}", pattern) for pattern in patterns) for name in names)
 
 
 def test_split_turn_shapes() -> None:

@@ -409,7 +409,8 @@ def test_factory_builds_the_local_backend(project: Path, tiny_llama: Path) -> No
 
 @pytest.mark.slow
 def test_smollm2_converts_once_and_answers(tmp_path: Path) -> None:
-    from pipelines.llm.local import TransformersChatClient, smollm2_folder
+    from pipelines.llm.local import TransformersChatClient
+    from pipelines.llm.smollm2 import smollm2_folder
     from pipelines.manifest import read_manifest
 
     artifacts = tmp_path / "artifacts"

@@ -74,7 +74,7 @@ def _stored_bytes(store: Any) -> int:
 
 
 def test_prefix_store_never_exceeds_its_byte_budget() -> None:
-    from pipelines.llm.local import PrefixStore
+    from pipelines.llm.prefix_store import PrefixStore
 
     rng = np.random.default_rng(0)
     per_token = 2 * 2 * 2 * 16 * 4  # layers x (k, v) x kv heads x head dim x float32
@@ -180,13 +180,14 @@ def test_micro_batches_give_the_gradient_of_the_whole_step(tiny_llama: Path) -> 
     from trl import GRPOConfig
 
     from pipelines.config import RLStageParams
-    from pipelines.train.rl import ToolRollouts, _trainer_classes, micro_batch_size, trim_completion_padding
+    from pipelines.train.rl.micro_batches import micro_batch_size, trim_completion_padding
+    from pipelines.train.rl.rollouts import ToolRollouts
+    from pipelines.train.rl.trainers import ToolGRPOTrainer
 
     assert [micro_batch_size(8, w) for w in (1, 3, 4, 8, 20)] == [1, 2, 4, 8, 8]
     import datasets
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
-    grpo, _ = _trainer_classes()
     dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "Mars?"}], "qa_id": "q"}])
     stage = RLStageParams()
     torch.manual_seed(0)
@@ -209,9 +210,9 @@ def test_micro_batches_give_the_gradient_of_the_whole_step(tiny_llama: Path) -> 
         args = GRPOConfig(output_dir=str(tiny_llama.parent / "out"), use_cpu=True, report_to="none", bf16=False,
                           num_generations=4, per_device_train_batch_size=rows_per_micro_batch,
                           gradient_accumulation_steps=steps)
-        trainer = grpo(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], args=args,
-                       train_dataset=dataset, processing_class=tokenizer,
-                       rollouts=ToolRollouts(None, None, tokenizer, stage, {}, 4096), stage=stage)
+        trainer = ToolGRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                                  args=args, train_dataset=dataset, processing_class=tokenizer,
+                                  rollouts=ToolRollouts(None, None, tokenizer, stage, {}, 4096), stage=stage)
         trainer.current_gradient_accumulation_steps = steps
         model = trainer.model
         widths = []
@@ -228,3 +229,73 @@ def test_micro_batches_give_the_gradient_of_the_whole_step(tiny_llama: Path) -> 
     assert whole.keys() == micro.keys() and whole
     for name, grad in whole.items():
         torch.testing.assert_close(micro[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+# ----- estimates ---------------------------------------------------------------------------------------------------
+def test_model_shape_counts_what_the_model_holds(tiny_llama: Path) -> None:
+    """The estimator's sizes are the model's: parameters (tied and untied embeddings), LoRA parameters on every
+    linear layer of the blocks (as PEFT counts them), and key/value bytes per token (as the model's cache holds)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    from pipelines.train.memory import ModelShape
+
+    config = AutoConfig.from_pretrained(tiny_llama)
+    shape = ModelShape.from_config(config)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    assert shape.parameters == sum(p.numel() for p in model.parameters())
+    tied = LlamaConfig(**{**config.to_dict(), "tie_word_embeddings": True})
+    assert ModelShape.from_config(tied).parameters == sum(p.numel() for p in LlamaForCausalLM(tied).parameters())
+    lora = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    assert shape.lora_parameters(8) == sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    cache = fresh(torch.arange(3, 13).unsqueeze(0), use_cache=True).past_key_values
+    cached = sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers) * 4  # float32
+    assert shape.kv_bytes_per_token(4) * 10 == cached
+
+
+def test_estimates_follow_the_settings_that_bound_memory() -> None:
+    """The parts move with the settings that decide them: a smaller LM-head tile, activation checkpointing, LoRA
+    and fewer rollouts per step each lower their part; PPO adds a value model and beta > 0 a reference model."""
+    from pipelines.config import RLStageParams, SFTParams
+    from pipelines.train.memory import ModelShape, estimate_rl, estimate_sft
+
+    shape = ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3, head_dim=64, vocab=49152,
+                       tied_embeddings=True)
+    assert shape.parameters == 134_515_008  # SmolLM2-135M
+    base = estimate_sft(shape, SFTParams(logprob_chunk_tokens=None), cuda=False)
+    tiled = estimate_sft(shape, SFTParams(logprob_chunk_tokens=512), cuda=False)
+    assert tiled.parts["LM head tile"] * 3 < base.parts["LM head tile"]
+    checkpointed = estimate_sft(shape, SFTParams(gradient_checkpointing=True), cuda=False)
+    assert checkpointed.parts["activations"] * 4 < tiled.parts["activations"]
+    full = estimate_sft(shape, SFTParams(method="full"), cuda=False)
+    assert full.parts["gradients + AdamW"] == 12 * shape.parameters > 50 * tiled.parts["gradients + AdamW"]
+    grpo = estimate_rl(shape, RLStageParams(), cuda=True)
+    ppo = estimate_rl(shape, RLStageParams(algorithm="ppo", beta=0.01, questions_per_step=8), cuda=True)
+    assert "value model (+ AdamW)" in ppo.parts and "reference model" in ppo.parts
+    assert "value model (+ AdamW)" not in grpo.parts and ppo.parts["KV cache"] == 8 * grpo.parts["KV cache"]
+    bounded = estimate_rl(shape, RLStageParams(questions_per_step=8), cuda=True, together=16)
+    assert bounded.parts["KV cache"] == ppo.parts["KV cache"] // 2
+
+
+def test_memory_command_prints_every_stage(tiny_llama: Path, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT, cli_env
+
+    command = [sys.executable, "-m", "pipelines.cli", "--params", str(PROJECT_ROOT / "params.yaml"),
+                           "--profile", "paper", "memory", "--model", str(tiny_llama), "--device", "cuda"]
+    table = subprocess.run(command, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0, table.stderr
+    assert "profile paper" in table.stdout
+    for stage in ("eval", "sft", "rl stage 1", "rl stage 3"):
+        assert f"│ {stage} " in table.stdout
+    done = subprocess.run([*command, "--json"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=300)
+    estimates = {e["stage"]: e for e in json.loads(done.stdout)}
+    assert list(estimates) == ["eval", "sft", "rl stage 1", "rl stage 3"]
+    assert estimates["rl stage 1"]["notes"] == ["32 of 128 rollouts at a time x 16384 tokens"]  # the paper's sizes
+    assert all(e["total_bytes"] == sum(e["parts"].values()) > 0 for e in estimates.values())

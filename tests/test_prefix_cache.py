@@ -154,7 +154,7 @@ def test_a_weight_update_drops_the_stored_states(tiny_llama: Path, stop: list[st
 def test_the_store_keeps_the_longest_sequences_within_its_budget() -> None:
     import torch
 
-    from pipelines.llm.local import PrefixStore
+    from pipelines.llm.prefix_store import PrefixStore
 
     def kv(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4))]  # 2 x 16 bytes a token

@@ -12,14 +12,10 @@ import torch
 
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.config import Params
-from pipelines.train.rl import (
-    encode_trajectory,
-    gae_advantages,
-    rl_dataset,
-    rl_questions,
-    train_rl,
-    turn_level_advantages,
-)
+from pipelines.train.rl import train_rl
+from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages
+from pipelines.train.rl.data import rl_dataset, rl_questions
+from pipelines.train.rl.episodes import encode_trajectory
 from tests.model_support import build_tiny_llama
 
 RESPONSE = "<tool_response>\nEntity: Mars\nRelations (1):\n1. Phobos -[orbits]-> Mars\n</tool_response>"
@@ -114,19 +110,19 @@ def test_policy_loss_gradient_ignores_tool_response_tokens(solar_qa: Params, tin
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
 
-    from pipelines.train.rl import ToolRollouts, _trainer_classes
+    from pipelines.train.rl.rollouts import ToolRollouts
+    from pipelines.train.rl.trainers import ToolGRPOTrainer
 
     params = _tiny_params(solar_qa, tiny)
     encoded = encode_trajectory(_trajectory(), tokenizer)
     model = AutoModelForCausalLM.from_pretrained(tiny)
-    grpo, _ = _trainer_classes()
     dataset = rl_dataset(rl_questions(params, params.rl.stage1)[:1], _protocol(params), {})
-    trainer = grpo(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                   args=GRPOConfig(output_dir=str(tiny.parent / "out"), use_cpu=True, report_to="none",
-                                   num_generations=2, per_device_train_batch_size=2),
-                   train_dataset=dataset, processing_class=tokenizer,
-                   rollouts=ToolRollouts(_protocol(params), None, tokenizer, params.rl.stage1, {}, 4096),
-                   stage=params.rl.stage1)
+    trainer = ToolGRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                              args=GRPOConfig(output_dir=str(tiny.parent / "out"), use_cpu=True, report_to="none",
+                                              num_generations=2, per_device_train_batch_size=2),
+                              train_dataset=dataset, processing_class=tokenizer,
+                              rollouts=ToolRollouts(_protocol(params), None, tokenizer, params.rl.stage1, {}, 4096),
+                              stage=params.rl.stage1)
     completion = torch.tensor([encoded.completion_ids])
     inputs = {"prompt_ids": torch.tensor([encoded.prompt_ids]), "prompt_mask": torch.ones(1, len(encoded.prompt_ids),
                                                                                          dtype=torch.long),
@@ -180,3 +176,34 @@ def test_ppo_stage3_starts_from_a_model_and_trains_a_value_model(solar_qa: Param
     result = train_rl(params, 3, start=str(tiny), name="ppo-test", progress=False)
     history = json.loads((result.folder / "trainer_state.json").read_text())["log_history"]
     assert any("value_loss" in h for h in history) and result.manifest.kind == "rl_stage3_model"
+
+
+def test_rollouts_generate_at_most_agent_batch_size_episodes_together(solar_qa: Params, tiny: Path, tokenizer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's rollouts go through the policy ``batch_size`` (agent.batch_size) at a time: the key/value cache
+    holds that many episodes, not the whole step's (the paper profile's 128 rollouts x 16k tokens would need
+    ~90 GB)."""
+    from transformers import AutoModelForCausalLM
+
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.rollout import Task
+    from pipelines.agent.tools import KGToolbox
+    from pipelines.llm.local import TransformersChatClient
+    from pipelines.train.rl.rollouts import ToolRollouts
+
+    params = _tiny_params(solar_qa, tiny)
+    batches: list[int] = []
+    original = TransformersChatClient.complete_many
+
+    def recording(self, requests, *args, **kwargs):  # noqa: ANN001, ANN202
+        batches.append(len(requests))
+        return original(self, requests, *args, **kwargs)
+
+    monkeypatch.setattr(TransformersChatClient, "complete_many", recording)
+    tasks = [Task(qa_id=f"q{i}", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"],
+                  sample=i) for i in range(5)]
+    rollouts = ToolRollouts(_protocol(params), InProcessToolClient(KGToolbox(params)), tokenizer, params.rl.stage1,
+                            {}, 4096, batch_size=2)
+    trajectories = rollouts.roll_out(AutoModelForCausalLM.from_pretrained(tiny), tasks, temperature=0.0)
+    assert [t.qa_id for t in trajectories] == [f"q{i}" for i in range(5)]
+    assert batches and max(batches) <= 2 and sum(batches) >= 5

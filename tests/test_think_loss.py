@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pipelines.config import SFTParams
+from pipelines.train.precision import use_bf16
 from pipelines.train.sft import (
     NO_THINK_PREFIX,
     TRAINING_TEMPLATES,
@@ -25,7 +26,6 @@ from pipelines.train.sft import (
     sharegpt_to_messages,
     train_sft,
     training_chat_template,
-    use_bf16,
 )
 from pipelines.train.think_loss import (
     ThinkWeightCollator,
@@ -36,7 +36,7 @@ from pipelines.train.think_loss import (
 )
 from tests.model_support import build_tiny_llama
 
-O, C = 100, 101  # <think>, </think> ids in the hand cases
+O, C = 100, 101  # noqa: E741 - <think>, </think> ids in the hand cases
 SMOLLM2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
@@ -313,7 +313,7 @@ def test_gradient_accumulation_normalises_by_the_total_weight(tiny: Path, tokeni
 
 def test_bf16_auto_follows_the_hardware() -> None:
     """``auto`` trains in bf16 on a CPU whose flags say it multiplies bf16 natively (and on CUDA)."""
-    from pipelines.train.sft import cpu_has_native_bf16
+    from pipelines.train.precision import cpu_has_native_bf16
 
     assert use_bf16(True) is True and use_bf16(False) is False
     assert use_bf16("auto", cuda=False) == cpu_has_native_bf16()
@@ -371,7 +371,7 @@ def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
 
 def test_train_sft_full_fine_tuning(tiny: Path, tmp_path: Path) -> None:
     params = SFTParams(method="full", max_steps=2, per_device_batch=2, grad_accumulation=2, max_length=400,
-                       mode="no_think", overlong="drop")
+                       mode="no_think", overlong="drop", learning_rate=None)  # None: the method's (full: 1e-5)
     out = tmp_path / "full"
     long = conversation(4)
     long["conversations"][2]["value"] = "<tool_response>\n" + "Phobos orbits Mars. " * 80 + "\n</tool_response>"

@@ -29,8 +29,9 @@ class EvalConfig(dg.Config):
 
 
 @dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS,
-          check_specs=[dg.AssetCheckSpec("report_complete", asset="eval_report", blocking=True,
-                                         description="every question has a prediction and every metric group is filled")])
+          check_specs=[dg.AssetCheckSpec(
+              "report_complete", asset="eval_report", blocking=True,
+              description="every question has a prediction and every metric group is filled")])
 def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: OmneResource) -> dg.MaterializeResult:
     """EM / F1 / Hit@1 per bucket, hop and domain, efficiency and behaviour metrics, report.html."""
     params = omne.params()

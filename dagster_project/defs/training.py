@@ -15,8 +15,9 @@ from pipelines.train.sft_data import build_sft_conversations, format_problems, r
 
 @dg.asset(group_name="training", kinds={"jsonl"}, deps=[qa_dataset, knowledge_graph],
           check_specs=[dg.AssetCheckSpec("conversation_format", asset="sft_conversations", blocking=True,
-                                         description="human/observation turns at even positions, gpt at odd; each gpt "
-                                                     "turn one <think> and one tool call or answer; ends with the answer")])
+                                         description="human/observation turns at even positions, gpt at odd; each "
+                                                     "gpt turn one <think> and one tool call or answer; ends with the "
+                                                     "answer")])
 def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """ShareGPT conversations from the train split: gold paths walked with the real tools."""
     params = omne.params()

@@ -56,7 +56,8 @@ class HttpToolClient:
         return ToolResult.model_validate(response.json())
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
-        response = self.http.post("/v1/tools/batch", json={"calls": [r.model_dump(exclude_none=True) for r in requests]})
+        calls = [r.model_dump(exclude_none=True) for r in requests]
+        response = self.http.post("/v1/tools/batch", json={"calls": calls})
         response.raise_for_status()
         return [ToolResult.model_validate(r) for r in response.json()["results"]]
 

@@ -16,7 +16,7 @@ BASE = "base"
 
 def resolve_model_folder(spec: str, params: Params) -> Path:
     """``base`` -> the configured base model folder; otherwise a local folder (full model or adapter)."""
-    from pipelines.llm.local import SMOLLM2, smollm2_folder
+    from pipelines.llm.smollm2 import SMOLLM2, smollm2_folder
 
     name = params.agent.base_model if spec == BASE else spec
     if name == SMOLLM2:
@@ -54,7 +54,7 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
         from pipelines.train.sft import load_sft_model
 
         client = TransformersChatClient(adapter_base(folder, params), batch_size=params.agent.batch_size,
-                                        device=device)
+                                        device=device, prefix_cache_mb=params.agent.prefix_cache_mb)
         model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params),
                                           dtype=client.lm.dtype, device=client.device, merge=True)
         tokenizer.padding_side = "left"
@@ -62,4 +62,5 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
             tokenizer.pad_token = tokenizer.eos_token
         client.lm, client.tokenizer, client.model = model, tokenizer, model_identity(folder)
         return client
-    return TransformersChatClient(folder, batch_size=params.agent.batch_size, device=device)
+    return TransformersChatClient(folder, batch_size=params.agent.batch_size, device=device,
+                                  prefix_cache_mb=params.agent.prefix_cache_mb)

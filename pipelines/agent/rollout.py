@@ -177,7 +177,8 @@ class RolloutEngine:
 
     def _close_partial(self, episode: _Episode) -> None:
         if self.protocol.inline_responses and episode.partial:
-            episode.messages.append({"role": "assistant", "content": self.protocol.assistant_prefix() + episode.partial})
+            reply = self.protocol.assistant_prefix() + episode.partial
+            episode.messages.append({"role": "assistant", "content": reply})
             episode.partial = ""
 
     def _finish(self, episode: _Episode) -> Trajectory:

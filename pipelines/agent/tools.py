@@ -172,7 +172,8 @@ def checked_scope(scope: object, max_bytes: int) -> Scope | ToolError | None:
     size = 0
     for seed in scope.seeds:
         if not is_valid_unicode(seed):
-            return _error(ErrorType.INVALID_ARGUMENT, "a scope seed is not valid Unicode (it contains a lone surrogate)")
+            return _error(ErrorType.INVALID_ARGUMENT,
+                          "a scope seed is not valid Unicode (it contains a lone surrogate)")
         size += len(seed.encode("utf-8"))
     if size > max_bytes:
         return _error(ErrorType.INVALID_ARGUMENT, f"the scope's seeds total {size} bytes, more than the "
@@ -419,8 +420,9 @@ class KGToolbox:
         if target is None:
             return _error(ErrorType.UNKNOWN_GRAPH, f"no graph_type given; known graphs: {', '.join(self.domain_names)}")
         if target not in self.domain_names:
+            known = ", ".join(self.domain_names)
             return _error(ErrorType.UNKNOWN_GRAPH,
-                          f'unknown graph_type "{_clip(str(target), 80)}"; known graphs: {", ".join(self.domain_names)}')
+                          f'unknown graph_type "{_clip(str(target), 80)}"; known graphs: {known}')
         try:
             graph = self.graph(target)
         except (ArtifactMissingError, RegistryError) as exc:
@@ -563,7 +565,8 @@ class KGToolbox:
         matching = [r for r in candidates if graph.rel_keys[r] == key]
         if not matching:
             if key not in graph.relation_key_set:
-                return _error(ErrorType.RELATION_NOT_FOUND, f'Relation "{_clip(relation.strip(), 120)}" not found in KG')
+                return _error(ErrorType.RELATION_NOT_FOUND,
+                              f'Relation "{_clip(relation.strip(), 120)}" not found in KG')
             return _error(ErrorType.NO_RESULTS, f'No {side.lower()} entities found for entity "{graph.names[entity]}" '
                           f'with relation "{_clip(relation.strip(), 120)}"')
         others = sorted({graph.names[graph.other_end(r, entity)] for r in matching})

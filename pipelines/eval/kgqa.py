@@ -45,6 +45,8 @@ from pipelines.agent.tools import KGToolbox, Scope, ToolCall, ToolResult, subgra
 from pipelines.config import Params
 from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name, load_registry
 from pipelines.errors import ArtifactMissingError, KGSourceError, RegistryError
+from pipelines.eval.contexts import retrieval_context, scoped_graph_context
+from pipelines.eval.source import QuestionSource
 from pipelines.kg.model import normalise_key
 from pipelines.layout import embeddings_cache_dir, kg_dir, kgqa_workspace
 from pipelines.llm.base import ChatClient
@@ -280,8 +282,8 @@ class _Names:
                 self.add_value(part)
             return
         if isinstance(value, dict):
-            named = [value[k] for k in NAME_KEYS if isinstance(value.get(k), (str, int, float)) and str(value[k]).strip()]
-            alts = [value[k] for k in ALT_KEYS if isinstance(value.get(k), (str, int, float)) and str(value[k]).strip()]
+            named = [value[k] for k in NAME_KEYS if _has_scalar(value, k)]
+            alts = [value[k] for k in ALT_KEYS if _has_scalar(value, k)]
             aliases = value.get("aliases")
             alts += [a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else []
             if named or alts:
@@ -301,6 +303,11 @@ class _Names:
     @property
     def listed(self) -> list[str]:
         return list(self.names.values())
+
+
+def _has_scalar(record: dict, key: str) -> bool:
+    """Whether ``record[key]`` is a non-blank name or id (a string or number)."""
+    return isinstance(record.get(key), (str, int, float)) and bool(str(record[key]).strip())
 
 
 def _question(record: dict) -> str:
@@ -413,7 +420,8 @@ def slug(text: str) -> str:
 def kgqa_params(params: Params) -> Params:
     """``params`` pointed at the KGQA workspace: artifacts/kgqa/ with its own domains.yaml, kg/ and index/."""
     base = kgqa_workspace(Path(params.paths.artifacts))
-    paths = params.paths.model_copy(update={"artifacts": base.as_posix(), "registry": (base / "domains.yaml").as_posix()})
+    paths = params.paths.model_copy(update={"artifacts": base.as_posix(),
+                                            "registry": (base / "domains.yaml").as_posix()})
     return params.model_copy(update={"paths": paths})
 
 
@@ -515,34 +523,13 @@ def stable_subset(items: list[KGQAItem], limit: int | None, seed: int) -> list[K
     return [item for item in items if item.id in chosen]
 
 
-def subgraph_context(graph: DomainGraph, question: KGQAQuestion, max_triples: int) -> str:
-    """The graph baseline on a KGQA question: the triples inside its subgraph, nearest the topic entities
-    first (breadth first), at most ``max_triples``, then sorted as the graph baseline does."""
-    seeds = [graph.lookup(name) for name in question.topics]
-    frontier = [s for s in seeds if s is not None]
-    seen, triples, kept = set(frontier), [], set()
-    while frontier and len(triples) < max_triples:
-        reached = []
-        for node in frontier:
-            for relation in graph.incident(node):
-                relation = int(relation)
-                other = graph.other_end(relation, node)
-                if other not in question.subgraph or relation in kept:
-                    continue
-                kept.add(relation)
-                triples.append([graph.names[graph.rel_src[relation]], graph.rel_keywords[relation],
-                                graph.names[graph.rel_dst[relation]]])
-                if other not in seen:
-                    seen.add(other)
-                    reached.append(other)
-        frontier = reached
-    chosen = sorted(triples[:max_triples])
-    return "Knowledge-graph triples (head, relation, tail):\n" + json.dumps(chosen, ensure_ascii=False)
-
-
 @dataclass
-class KGQASet:
-    """A KGQA file prepared for evaluation: its domain loaded, its questions resolved and scoped."""
+class KGQASet(QuestionSource):
+    """A KGQA file prepared for evaluation: its domain loaded, its questions resolved and scoped.
+
+    As a :class:`QuestionSource` its tasks name the topic entities in the prompt, its engine restricts
+    each episode's tools to the question's subgraph, and the report's params gain its coverage summary.
+    """
 
     path: Path
     domain: str
@@ -552,6 +539,7 @@ class KGQASet:
     hops: int
     skipped: list[str] = field(default_factory=list)
     total: int = 0  # questions in the file (before --limit)
+    limit: int | None = None  # the number of questions asked for (a stable sample of the file)
 
     @property
     def split(self) -> str:
@@ -584,18 +572,21 @@ class KGQASet:
             inputs[relative_path(folder / name, root)] = sha
         return inputs
 
+    def report_params(self, root: Path) -> dict[str, Any]:
+        """The report records the set's coverage summary under ``kgqa``."""
+        return {"kgqa": self.summary(root)}
+
     def tasks(self, params: Params, baseline: str | None, samples: int) -> list[Task]:
         """One task per question and sample: the topic entities in the prompt, the gold answers from the file."""
-        from pipelines.eval.runner import retrieval_facts
-
         graph = self.toolbox.graph(self.domain)
         tasks = []
         for question in self.questions:
             item, context = question.item, ""
             if baseline == "retrieval":
-                context = retrieval_facts(self.toolbox, item.question, self.domain, params.eval.retrieval_top_k)
+                context = retrieval_context(self.toolbox, item.question, self.domain, params.eval.retrieval_top_k)
             elif baseline == "graph":
-                context = subgraph_context(graph, question, params.eval.graph_max_triples)
+                context = scoped_graph_context(graph, question.topics, question.subgraph,
+                                               params.eval.graph_max_triples)
             for sample in range(samples):
                 tasks.append(Task(qa_id=item.id, domain=self.domain, question=item.question,
                                   gold_answers=question.answers, topic_entities=question.prompt_topics or None,
@@ -604,6 +595,7 @@ class KGQASet:
 
     def engine(self, client: ChatClient, protocol: Protocol, tools: ToolClient | None, params: RolloutParams,
                *, name: str | None = None) -> ScopedRolloutEngine:
+        """The engine that restricts each episode's tools to its question's subgraph."""
         return ScopedRolloutEngine(client, protocol, tools, params, scopes=self.scopes, name=name)
 
 
@@ -622,7 +614,7 @@ def prepare_kgqa(params: Params, kgqa: str | Path, *, triples: str | Path | None
     if missing:
         log.warning("%s: %d of %d questions have no topic entity in the KG %r", kgqa, missing, len(questions), name)
     return KGQASet(path=Path(kgqa), domain=name, params=where, toolbox=toolbox, questions=questions, hops=hops,
-                   skipped=read.skipped, total=len(read.items))
+                   skipped=read.skipped, total=len(read.items), limit=limit)
 
 
 # ----- rollouts restricted to each question's subgraph --------------------------------------------------------

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.agent.trajectory import Trajectory
-from pipelines.eval.schema import Behaviour, Efficiency, EvalMetrics, Scores
+from pipelines.eval.schema import HOP_GROUPS, SCORE_FIELDS, Behaviour, Efficiency, EvalMetrics, Scores, hops_key
 from pipelines.kg.model import normalise_key
 from pipelines.qa.models import GoldPath
 from pipelines.qa.names import mentions
@@ -47,7 +47,7 @@ GroupKey = Literal["bucket", "hops", "domain"]
 __all__ = [
     "OUTCOMES", "QuestionScore", "Resolver", "Triple", "aggregate", "answer_set", "behaviour", "efficiency",
     "episode_outcome", "evaluate_trajectories", "exact_match", "exploration_scores", "gold_triples", "group_scores",
-    "hit_at_1", "hops_key", "normalise_answer", "normalised_em", "parse_triples", "repeats_summary",
+    "hit_at_1", "normalise_answer", "normalised_em", "parse_triples", "repeats_summary",
     "score_trajectories", "set_f1", "triple_named",
 ]
 
@@ -273,14 +273,7 @@ def aggregate(scores: Sequence[QuestionScore]) -> Scores:
     )
 
 
-def hops_key(hops: int | None) -> str | None:
-    """The report's hop group: "1", "2", "3" or ">=4" (None when the question has no hop count)."""
-    if hops is None:
-        return None
-    return ">=4" if hops >= 4 else str(hops)
-
-
-_HOPS_ORDER = {"1": 1, "2": 2, "3": 3, ">=4": 4}
+_HOPS_ORDER = {group: rank for rank, group in enumerate(HOP_GROUPS, start=1)}
 
 
 def group_scores(scores: Sequence[QuestionScore], key: GroupKey) -> dict[str, Scores]:
@@ -613,7 +606,6 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
 
 
 # ----- repeats and the whole report ------------------------------------------------------------------------
-_SCORE_FIELDS = ("em", "norm_em", "f1", "hit1", "answered")
 
 
 def repeats_summary(runs: Sequence[EvalMetrics | Scores]) -> dict[str, dict[str, float]]:
@@ -627,7 +619,7 @@ def repeats_summary(runs: Sequence[EvalMetrics | Scores]) -> dict[str, dict[str,
     columns: dict[str, list[float]] = defaultdict(list)
     for run in runs:
         scores = run.overall if isinstance(run, EvalMetrics) else run
-        for name in _SCORE_FIELDS:
+        for name in SCORE_FIELDS:
             columns[name].append(float(getattr(scores, name)))
         if isinstance(run, EvalMetrics):
             for name, value in run.efficiency.model_dump().items():

@@ -1,10 +1,12 @@
-"""Evaluation: roll a model (or a baseline) out on a QA split, score it, write the report.
+"""Evaluation: roll a model (or a baseline) out on a question source, score it, write the report.
 
-The model answers with tools under a protocol (``omne`` by default), or as one of the baselines:
-``direct`` / ``cot`` (no tools), ``tools`` (the base model with tools: the protocol itself),
-``retrieval`` (LightRAG-style: the entities nearest the question and their neighbourhoods in the
-prompt, one answer) and ``graph`` (the question's subgraph as a JSON list of triples, as EoG did).
-Greedy decoding by default; the prediction is the last ``<answer>`` block.
+The questions come from a :class:`~pipelines.eval.source.QuestionSource`: the project's QA split
+(:class:`SplitSource`) or an external KGQA file (:class:`~pipelines.eval.kgqa.KGQASet`). The model
+answers with tools under a protocol (``omne`` by default), or as one of the baselines
+(:mod:`pipelines.eval.contexts`): ``direct`` / ``cot`` (no tools), ``tools`` (the base model with
+tools: the protocol itself), ``retrieval`` (LightRAG-style: the entities nearest the question and their
+neighbourhoods in the prompt, one answer) and ``graph`` (the question's subgraph as a JSON list of
+triples, as EoG did). Greedy decoding by default; the prediction is the last ``<answer>`` block.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +25,14 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines.agent.client import InProcessToolClient, ToolClient
 from pipelines.agent.protocols import PROTOCOLS, DirectProtocol, Protocol
-from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.agent.rollout import RolloutParams, Task
 from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS, KGToolbox
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import Params
 from pipelines.errors import ArtifactMissingError
+from pipelines.eval.contexts import BASELINES, NO_TOOL_BASELINES, pair_graph_context, retrieval_context
+from pipelines.eval.kgqa import prepare_kgqa
+from pipelines.eval.source import QuestionSource
 from pipelines.layout import qa_dir, report_dir
 from pipelines.llm.base import ChatClient
 from pipelines.manifest import read_manifest, relative_path
@@ -35,7 +41,6 @@ from pipelines.qa.models import GoldPath, QAPair
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("direct", "cot", "tools", "retrieval", "graph")
 TOOLS_OF = {"omne": OMNE_TOOLS, "kg_r1": KG_R1_TOOLS, "search": SEARCH_TOOLS}
 
 
@@ -73,7 +78,7 @@ def load_gold_paths(params: Params) -> dict[str, GoldPath]:
 
 def make_protocol(params: Params, protocol: str, baseline: str | None) -> Protocol:
     agent = params.agent
-    if baseline in ("direct", "cot", "retrieval", "graph"):
+    if baseline in NO_TOOL_BASELINES:
         return DirectProtocol(mode=agent.mode, style=baseline)
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
@@ -81,60 +86,65 @@ def make_protocol(params: Params, protocol: str, baseline: str | None) -> Protoc
     return PROTOCOLS[protocol]([TOOL_SPECS[n] for n in TOOLS_OF[protocol]], max_rounds=rounds, mode=agent.mode)
 
 
-def retrieval_context(toolbox: KGToolbox, pair: QAPair, top_k: int) -> str:
-    """LightRAG-style single-shot retrieval: the entities nearest the question, with their neighbourhoods."""
-    return retrieval_facts(toolbox, pair.question, pair.domain, top_k)
-
-
-def retrieval_facts(toolbox: KGToolbox, question: str, domain: str, top_k: int) -> str:
-    """``retrieval_context`` for any question of a domain (external KGQA sets have no QAPair)."""
-    graph = toolbox.graph(domain)
-    vector = toolbox._embed(question)  # noqa: SLF001 - the toolbox's own cached encoder
-    ids = [i for i, _ in graph.nearest(vector, top_k)] if graph.vectors is not None else []
-    facts = [toolbox.call(json.dumps({"name": "node_info", "arguments": {"node_name": graph.names[i],
-                                                                       "graph_type": domain}})).content
-             for i in ids]
-    return "Knowledge-graph facts:\n" + "\n\n".join(facts)
-
-
-def graph_context(toolbox: KGToolbox, pair: QAPair, max_triples: int) -> str:
-    """EoG's graph-in-prompt: the start entity's 2-hop neighbourhood as a JSON list of triples."""
-    graph = toolbox.graph(pair.domain)
-    start = graph.lookup(pair.start_entity)
-    triples: list[list[str]] = [[e.src, e.keywords, e.dst] for e in pair.path_edges]  # the question's own path
-    if start is not None:
-        frontier, seen = [start], {start}
-        for _ in range(2):
-            nxt = []
-            for node in frontier:
-                for rel in graph.incident(node):
-                    src, dst = int(graph.rel_src[rel]), int(graph.rel_dst[rel])
-                    triple = [graph.names[src], graph.rel_keywords[rel], graph.names[dst]]
-                    if triple not in triples:
-                        triples.append(triple)
-                    other = dst if src == node else src
-                    if other not in seen:
-                        seen.add(other)
-                        nxt.append(other)
-            frontier = nxt
-    kept = triples[:max_triples]
-    kept.sort()  # the path's own triples must not stand out by position
-    return "Knowledge-graph triples (head, relation, tail):\n" + json.dumps(kept, ensure_ascii=False)
-
-
 def make_tasks(pairs: list[QAPair], toolbox: KGToolbox | None, params: Params, baseline: str | None,
                samples: int) -> list[Task]:
+    """One task per pair and sample, with the baseline's KG context (none without a toolbox)."""
     tasks = []
     for pair in pairs:
         context = ""
         if baseline == "retrieval" and toolbox is not None:
-            context = retrieval_context(toolbox, pair, params.eval.retrieval_top_k)
+            context = retrieval_context(toolbox, pair.question, pair.domain, params.eval.retrieval_top_k)
         elif baseline == "graph" and toolbox is not None:
-            context = graph_context(toolbox, pair, params.eval.graph_max_triples)
+            context = pair_graph_context(toolbox, pair, params.eval.graph_max_triples)
         for sample in range(samples):
             tasks.append(Task(qa_id=pair.id, domain=pair.domain, question=pair.question, gold_answers=pair.answers,
                               bucket=pair.bucket, hops=pair.hops, context=context, sample=sample))
     return tasks
+
+
+@dataclass
+class SplitSource(QuestionSource):
+    """The project's own QA split: a stable sample of its pairs (``limit`` per bucket), their gold paths,
+    and a toolbox over their domains; the report's inputs are the split and gold-path files it read."""
+
+    params: Params
+    split: str
+    limit: int | None
+    pairs: list[QAPair]
+    toolbox: KGToolbox
+
+    @classmethod
+    def load(cls, params: Params, split: str, limit: int | None) -> SplitSource:
+        """Sample the split and load the KG of its domains (an error when the split has no questions)."""
+        pairs = stable_sample(load_split(params, split), limit, params.eval.seed)
+        if not pairs:
+            raise ArtifactMissingError(f"the {split} split has no questions")
+        toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
+        toolbox.load_all()
+        return cls(params=params, split=split, limit=limit, pairs=pairs, toolbox=toolbox)
+
+    def tasks(self, params: Params, baseline: str | None, samples: int) -> list[Task]:
+        return make_tasks(self.pairs, self.toolbox, params, baseline, samples)
+
+    def gold_paths(self) -> dict[str, GoldPath]:
+        return load_gold_paths(self.params)
+
+    def inputs(self, root: Path) -> dict[str, str]:
+        folder = qa_dir(self.params.artifacts_dir, "dataset")
+        dataset = read_manifest(folder)
+        return {relative_path(folder / f, root): sha for f, sha in (dataset.files.items() if dataset else [])
+                if f in (f"{self.split}.jsonl", GOLD_FILE)}
+
+
+def question_source(params: Params, *, split: str | None = None, limit: int | None = None,
+                    kgqa: str | Path | None = None, triples: str | Path | None = None, kgqa_domain: str | None = None,
+                    kgqa_hops: int = 2) -> QuestionSource:
+    """The questions of ``evaluate``'s options: those of a KGQA file (``kgqa``; ``limit`` questions, a
+    stable sample) or else of a split (default params.eval.split; ``limit`` per bucket)."""
+    if kgqa is not None:
+        return prepare_kgqa(params, kgqa, triples=triples, domain=kgqa_domain, hops=kgqa_hops, limit=limit,
+                            seed=params.eval.seed)
+    return SplitSource.load(params, split or params.eval.split, limit)
 
 
 def entity_resolver(toolbox: KGToolbox | None) -> Callable[[str], str | None] | None:
@@ -166,13 +176,14 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
              protocol: str | None = None, baseline: str | None = None, endpoint: str | None = None,
              tools: ToolClient | None = None, client: ChatClient | None = None, name: str | None = None,
              progress: bool = True, kgqa: str | Path | None = None, triples: str | Path | None = None,
-             kgqa_domain: str | None = None, kgqa_hops: int = 2) -> EvalResult:
+             kgqa_domain: str | None = None, kgqa_hops: int = 2, source: QuestionSource | None = None) -> EvalResult:
     """Roll out, score and report; the report folder is artifacts/reports/<run>/.
 
-    With ``kgqa`` (a WebQSP/CWQ/GrailQA/QALD-style file) the questions come from that file instead of
-    a split, on the KG of ``triples`` (domain ``kgqa_domain``), each episode's tools restricted to the
-    ``kgqa_hops`` subgraph around its topic entities (pipelines.eval.kgqa); ``limit`` is then the number
-    of questions (a stable sample).
+    The questions come from ``source``, or else from the options (:func:`question_source`): a split,
+    or with ``kgqa`` (a WebQSP/CWQ/GrailQA/QALD-style file) that file's questions on the KG of
+    ``triples`` (domain ``kgqa_domain``), each episode's tools restricted to the ``kgqa_hops`` subgraph
+    around its topic entities (pipelines.eval.kgqa); ``limit`` is then the number of questions (a
+    stable sample).
     """
     from pipelines.agent.models import load_agent_model
     from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
@@ -181,46 +192,27 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     protocol = protocol or params.agent.protocol
     if baseline is not None and baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
-    limit = limit if limit is not None else params.eval.limit
-    external = None
-    if kgqa is not None:
-        from pipelines.eval.kgqa import prepare_kgqa
-
-        external = prepare_kgqa(params, kgqa, triples=triples, domain=kgqa_domain, hops=kgqa_hops, limit=limit,
-                                seed=params.eval.seed)
-        split, toolbox, pairs = external.split, external.toolbox, []
-    else:
-        split = split or params.eval.split
-        pairs = stable_sample(load_split(params, split), limit, params.eval.seed)
-        if not pairs:
-            raise ArtifactMissingError(f"the {split} split has no questions")
-        toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
-        toolbox.load_all()
+    if source is None:
+        source = question_source(params, split=split, limit=limit if limit is not None else params.eval.limit,
+                                 kgqa=kgqa, triples=triples, kgqa_domain=kgqa_domain, kgqa_hops=kgqa_hops)
     chat = client or load_agent_model(model, params, endpoint=endpoint)
-    if client is None and hasattr(chat, "prefix_store"):  # the local backend: its prefix store sized by params
-        chat.prefix_store.max_bytes = params.agent.prefix_cache_mb << 20
     the_protocol = make_protocol(params, protocol, baseline)
-    tool_client = tools or InProcessToolClient(toolbox) if the_protocol.uses_tools else None
+    tool_client = tools or InProcessToolClient(source.toolbox) if the_protocol.uses_tools else None
     engine_params = RolloutParams(max_new_tokens=params.agent.max_new_tokens,
                                   temperature=params.agent.temperature, batch_size=params.agent.batch_size,
                                   seed=params.eval.seed)
-    label = baseline or protocol
-    if external is not None:
-        engine = external.engine(chat, the_protocol, tool_client, engine_params, name=label)
-        tasks = external.tasks(params, baseline, params.eval.samples)
-    else:
-        engine = RolloutEngine(chat, the_protocol, tool_client, engine_params, name=label)
-        tasks = make_tasks(pairs, toolbox, params, baseline, params.eval.samples)
+    engine = source.engine(chat, the_protocol, tool_client, engine_params, name=baseline or protocol)
+    tasks = source.tasks(params, baseline, params.eval.samples)
     runs, trajectories = [], []
-    resolve = entity_resolver(toolbox)
-    gold = load_gold_paths(params) if external is None else {}
-    run = name or run_name(chat.model, protocol, baseline, split)
+    resolve = entity_resolver(source.toolbox)
+    gold = source.gold_paths()
+    run = name or run_name(chat.model, protocol, baseline, source.split)
     started = time.perf_counter()
     for repeat in range(params.eval.repeats):
         engine.params = engine_params.model_copy(update={"seed": params.eval.seed + repeat * 1000})
         repeat_start = time.perf_counter()
         batch = engine.run(tasks, progress=progress)
-        runs.append(evaluate_trajectories(batch, run=run, model=chat.model, protocol=protocol, split=split,
+        runs.append(evaluate_trajectories(batch, run=run, model=chat.model, protocol=protocol, split=source.split,
                                           baseline=baseline, wall_time_s=time.perf_counter() - repeat_start,
                                           resolve=resolve, gold_paths=gold))
         trajectories += batch
@@ -233,21 +225,13 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
 
         metrics.judge = judge_answers(trajectories, build_chat_client(params), params.llm,
                                       progress=progress).model_dump()
-    if external is not None:
-        inputs = external.inputs(params.root)
-    else:
-        dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
-        inputs = {relative_path(qa_dir(params.artifacts_dir, "dataset") / f, params.root): sha
-                  for f, sha in (dataset.files.items() if dataset else []) if f in (f"{split}.jsonl", GOLD_FILE)}
-    shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": split, "limit": limit,
-               "agent": _agent_settings(params), "eval": params.section("eval"), "profile": params.profile,
-               "wall_time_s": round(time.perf_counter() - started, 2)}
-    summary = external.summary(params.root) if external is not None else None
-    if summary is not None:
-        shaping["kgqa"] = summary
+    shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": source.split,
+               "limit": source.limit, "agent": _agent_settings(params), "eval": params.section("eval"),
+               "profile": params.profile, "wall_time_s": round(time.perf_counter() - started, 2),
+               **source.report_params(params.root)}
     folder = write_report(report_dir(params.artifacts_dir, run), metrics, trajectories, gold_paths=gold,
-                          inputs=inputs, params=shaping)
-    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=summary)
+                          inputs=source.inputs(params.root), params=shaping)
+    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=source.summary(params.root))
 
 
 def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bool = False, progress: bool = True,

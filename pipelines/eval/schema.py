@@ -1,9 +1,17 @@
 """What an evaluation report holds (metrics.json): scores per bucket, hop count and domain, plus the
-efficiency and behaviour figures of KG-R1's protocol and EoG's exploration metrics."""
+efficiency and behaviour figures of KG-R1's protocol and EoG's exploration metrics.
+
+The names of the scores and of the groups they are reported by are defined here once: metrics, the
+report, its plots and its flat summary all read them from this module, so they cannot drift apart.
+"""
 
 from __future__ import annotations
 
+from typing import get_args
+
 from pydantic import BaseModel, Field
+
+from pipelines.qa.models import Bucket
 
 
 class Scores(BaseModel):
@@ -15,6 +23,21 @@ class Scores(BaseModel):
     f1: float = 0.0  # answer-set F1 (answers split, normalised, deduped, resolved to KG entities)
     hit1: float = 0.0  # the first predicted answer is a gold answer
     answered: float = 0.0  # share of episodes that produced an <answer>
+
+
+SCORE_FIELDS: tuple[str, ...] = tuple(name for name in Scores.model_fields if name != "n")  # em, norm_em, f1, ...
+SCORE_LABELS: dict[str, str] = {"em": "EM", "norm_em": "norm. EM", "f1": "F1", "hit1": "Hit@1", "answered": "answered"}
+HEADLINE_FIELDS: tuple[str, ...] = ("em", "f1", "hit1")  # the numbers reported per group (flat metrics, plots)
+
+BUCKETS: tuple[str, ...] = get_args(Bucket)  # the QA pairs' hop buckets ("1-2", "3+"), in report order
+HOP_GROUPS: tuple[str, ...] = ("1", "2", "3", ">=4")  # by_hops keys, in report order; the last one is open-ended
+
+
+def hops_key(hops: int | None) -> str | None:
+    """The report's hop group of a hop count (None when the question has none, as in external sets)."""
+    if hops is None:
+        return None
+    return HOP_GROUPS[-1] if hops >= len(HOP_GROUPS) else str(hops)
 
 
 class Efficiency(BaseModel):
@@ -57,7 +80,7 @@ class EvalMetrics(BaseModel):
     split: str
     overall: Scores
     by_bucket: dict[str, Scores] = Field(default_factory=dict)
-    by_hops: dict[str, Scores] = Field(default_factory=dict)  # "1", "2", "3", ">=4"
+    by_hops: dict[str, Scores] = Field(default_factory=dict)  # HOP_GROUPS
     by_domain: dict[str, Scores] = Field(default_factory=dict)
     efficiency: Efficiency = Efficiency()
     behaviour: Behaviour = Behaviour()

@@ -15,7 +15,7 @@ from pipelines.llm.openai_client import ENV_MODEL
 
 def local_model_folder(params: Params) -> tuple[Path, str | None]:
     """The folder the transformers backend loads, and the name it goes by ("smollm2" or None)."""
-    from pipelines.llm.local import SMOLLM2, smollm2_folder
+    from pipelines.llm.smollm2 import SMOLLM2, smollm2_folder
 
     spec = os.environ.get(ENV_MODEL) or params.llm.model
     if not spec:

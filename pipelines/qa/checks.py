@@ -50,7 +50,8 @@ def check_bucket_targets(pairs: list[QAPair], targets: dict[str, int]) -> CheckO
     counts = {bucket: sum(p.bucket == bucket for p in pairs) for bucket in targets}
     return CheckOutcome(spec=PAIR_CHECKS["bucket_targets"],
                         passed=all(counts[b] >= n for b, n in targets.items()),
-                        metadata={f"pairs_{b}": counts[b] for b in counts} | {f"target_{b}": n for b, n in targets.items()})
+                        metadata={f"pairs_{b}": counts[b] for b in counts}
+                        | {f"target_{b}": n for b, n in targets.items()})
 
 
 def check_gold_coverage(golds: list[GoldPath], pairs: list[QAPair]) -> CheckOutcome:

@@ -1,4 +1,5 @@
-"""Data contracts of QA synthesis (docs/architecture.md, "Data contracts"): seed subgraphs, QA pairs and their gold paths.
+"""Data contracts of QA synthesis (docs/architecture.md, "Data contracts"): seed subgraphs, QA pairs and their gold
+paths.
 
 Files are parquet (seed subgraphs, the QA table) or jsonl (per-domain pairs with their attempts),
 written atomically; these models are the boundary every reader and writer goes through.

@@ -81,7 +81,8 @@ def _triples(edges: list[tuple[str, str, str]]) -> str:
     return "\n".join(f"({head}, {keywords}, {tail})" for head, keywords, tail in edges)
 
 
-def judge_messages(question: str, answer: str, path: list[str], edges: list[tuple[str, str, str]]) -> list[dict[str, str]]:
+def judge_messages(question: str, answer: str, path: list[str],
+                   edges: list[tuple[str, str, str]]) -> list[dict[str, str]]:
     """The judge checks the paper's three criteria on a pair that passed the rule checks."""
     content = "\n".join([
         "A question was written from this path of a knowledge graph.",

@@ -22,6 +22,9 @@ import ctypes
 import ctypes.util
 import gc
 from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
 
 TRL_TOKEN_CHUNK_SIZE = 4096  # TRL's own value of trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
 
@@ -67,3 +70,147 @@ def release_memory() -> None:
                 trim(0)
         except OSError:  # pragma: no cover - no libc to load
             pass
+
+
+# ----- estimates: what a stage needs on one device, from the model's config and the params -------------------
+GIB = 1 << 30
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # every linear layer of a block (sft/rl method lora)
+
+
+class ModelShape(BaseModel):
+    """The sizes of a decoder-only transformer that decide its memory (read from its config.json)."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: Any) -> ModelShape:
+        heads = config.num_attention_heads
+        return cls(layers=config.num_hidden_layers, hidden=config.hidden_size,
+                   intermediate=config.intermediate_size, heads=heads,
+                   kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+                   vocab=config.vocab_size, tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)))
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer of one block."""
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h),
+                "gate": (h, self.intermediate), "up": (h, self.intermediate), "down": (self.intermediate, h)}
+
+    @property
+    def parameters(self) -> int:
+        block = sum(i * o for i, o in self.linear_shapes().values()) + 2 * self.hidden  # + two RMSNorm weights
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * block + embeddings + self.hidden  # + the final norm
+
+    def lora_parameters(self, rank: int) -> int:
+        return self.layers * sum(rank * (i + o) for i, o in self.linear_shapes().values())
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
+
+    def activation_bytes_per_token(self, checkpointing: bool, dtype_bytes: int = 2) -> int:
+        """What backward keeps per token: every block's saved inputs (norms, projections, attention output, MLP
+        intermediates; attention scores are never materialised with SDPA/flash kernels), or with activation
+        checkpointing each block's input plus one block recomputed at a time."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        block = (6 * self.hidden + 3 * q + 2 * kv + 4 * self.intermediate) * dtype_bytes
+        return (self.layers * self.hidden * dtype_bytes + block) if checkpointing else self.layers * block
+
+
+class MemoryEstimate(BaseModel):
+    """Bytes a stage needs on one device, by part (peak of a training step, or of generation); the process's own
+    footprint (Python, torch, TRL: ~1-1.5 GB of host memory) comes on top."""
+
+    stage: str
+    parts: dict[str, int]
+    notes: list[str] = []
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+
+def _trainable(shape: ModelShape, method: str, lora_r: int) -> tuple[int, int]:
+    """(bytes of weights, bytes of gradients + AdamW states) of a policy trained in fp32 master weights."""
+    weights = 4 * shape.parameters
+    trained = shape.parameters if method == "full" else shape.lora_parameters(lora_r)
+    return weights + (4 * trained if method == "lora" else 0), 12 * trained  # grads (4) + Adam m, v (8)
+
+
+def _lm_head_bytes(shape: ModelShape, chunk_tokens: int | None, tokens: int, cuda: bool) -> int:
+    """The fused LM head's float32 temporaries of one tile: folded in place by Triton on a GPU (~2 copies),
+    ~9 copies on a CPU (``logprob_tile_bytes``)."""
+    tile = min(chunk_tokens or TRL_TOKEN_CHUNK_SIZE, tokens)
+    return logprob_tile_bytes(tile, min(32768, shape.vocab), copies=2 if cuda else 9)
+
+
+def _activation_dtype_bytes(bf16: Any, cuda: bool) -> int:
+    """2 under bf16 mixed precision (``auto``: assumed on a GPU, native bf16 on this CPU), else 4."""
+    from pipelines.train.precision import cpu_has_native_bf16
+
+    if bf16 == "auto":
+        return 2 if cuda or cpu_has_native_bf16() else 4
+    return 2 if bf16 else 4
+
+
+def estimate_sft(shape: ModelShape, sft: Any, *, cuda: bool) -> MemoryEstimate:
+    """Stage 2: the policy, its optimizer and one micro-batch of ``per_device_batch x max_length`` tokens."""
+    tokens = sft.per_device_batch * sft.max_length
+    weights, optimizer = _trainable(shape, sft.method, sft.lora_r)
+    per_token = shape.activation_bytes_per_token(sft.gradient_checkpointing, _activation_dtype_bytes(sft.bf16, cuda))
+    return MemoryEstimate(stage="sft", parts={
+        "weights": weights, "gradients + AdamW": optimizer, "activations": tokens * per_token,
+        "LM head tile": _lm_head_bytes(shape, sft.logprob_chunk_tokens, tokens, cuda)})
+
+
+def estimate_rl(shape: ModelShape, stage: Any, *, cuda: bool, name: str = "rl",
+                together: int | None = None) -> MemoryEstimate:
+    """An RL stage: the policy and its optimizer; the reference model (beta > 0); PPO's value model (trained, a
+    copy of the trunk); one micro-batch's activations; the rollouts' key/value cache (``together`` rollouts of
+    a step generated at a time, ``agent.batch_size``; None: all; up to ``max_length`` tokens each, in the
+    policy's float32)."""
+    tokens = stage.micro_batch * stage.max_length
+    weights, optimizer = _trainable(shape, stage.method, stage.lora_r)
+    dtype_bytes = _activation_dtype_bytes(stage.bf16, cuda)
+    activations = tokens * shape.activation_bytes_per_token(stage.gradient_checkpointing, dtype_bytes)
+    rollouts = stage.questions_per_step * stage.num_generations
+    batch = min(rollouts, together or rollouts)
+    parts = {"weights": weights, "gradients + AdamW": optimizer, "activations": activations,
+             "LM head tile": _lm_head_bytes(shape, stage.logprob_chunk_tokens, tokens, cuda),
+             "KV cache": batch * stage.max_length * shape.kv_bytes_per_token(4)}
+    if stage.beta > 0:
+        parts["reference model"] = 4 * shape.parameters
+    if stage.algorithm == "ppo":
+        trunk = shape.parameters - shape.vocab * shape.hidden * (1 if shape.tied_embeddings else 2)
+        critic = trunk + shape.vocab * shape.hidden  # input embeddings kept, a scalar head
+        parts["value model (+ AdamW)"] = 16 * critic + activations
+    notes = [f"{batch} of {rollouts} rollouts at a time x {stage.max_length} tokens"]
+    return MemoryEstimate(stage=name, parts=parts, notes=notes)
+
+
+def estimate_eval(shape: ModelShape, agent: Any, *, cuda: bool, prompt_tokens: int = 1024,
+                  tool_response_tokens: int = 512) -> MemoryEstimate:
+    """Evaluation (and SFT data from rollouts): the model and the key/value cache of ``agent.batch_size`` episodes
+    at their longest (the system prompt, then every round's reply and tool response; both token counts are
+    assumptions: SmolLM2 tokens of the omne protocol's prompt and of a clipped tool response)."""
+    dtype_bytes = 2 if cuda else 4
+    context = prompt_tokens + agent.max_rounds * (agent.max_new_tokens + tool_response_tokens)
+    return MemoryEstimate(stage="eval", parts={
+        "weights": dtype_bytes * shape.parameters,
+        "KV cache": agent.batch_size * context * shape.kv_bytes_per_token(dtype_bytes)},
+        notes=[f"{agent.batch_size} episodes x {context} tokens"])
+
+
+def estimate_stages(shape: ModelShape, params: Any, *, cuda: bool) -> list[MemoryEstimate]:
+    """Evaluation, SFT and both RL stages of ``params`` (a profile), on one device."""
+    return [estimate_eval(shape, params.agent, cuda=cuda), estimate_sft(shape, params.sft, cuda=cuda),
+            estimate_rl(shape, params.rl.stage1, cuda=cuda, name="rl stage 1", together=params.agent.batch_size),
+            estimate_rl(shape, params.rl.stage3, cuda=cuda, name="rl stage 3", together=params.agent.batch_size)]

@@ -193,7 +193,8 @@ def parse_episode(completion: Completion, response_tag: str) -> Episode:
 
 # ----- shared pieces ----------------------------------------------------------------------------------------
 def prediction(episode: Episode) -> str | None:
-    """The last ``<answer>`` block, whitespace-stripped (docs/architecture.md, "The agent protocol"); None when the model never answered."""
+    """The last ``<answer>`` block, whitespace-stripped (docs/architecture.md, "The agent protocol"); None when the
+    model never answered."""
     answers = _blocks(episode.text, ANSWER)
     return answers[-1].strip() if answers else None
 

@@ -1,8 +1,8 @@
 """Stage-2 SFT (Omne-R1 paper, section 3.4): multi-turn tool conversations -> a LoRA adapter or a
 fully fine-tuned model, trained with the weighted think-loss (``pipelines.train.think_loss``).
 
-The SFT conversations are ShareGPT records (docs/architecture.md, "Data contracts"): ``system`` plus ``conversations`` of
-``human`` / ``gpt`` / ``observation`` turns. They become TRL's conversational ``messages`` (system,
+The SFT conversations are ShareGPT records (docs/architecture.md, "Data contracts"): ``system`` plus
+``conversations`` of ``human`` / ``gpt`` / ``observation`` turns. They become TRL's conversational ``messages`` (system,
 then human -> user, gpt -> assistant, observation -> user: tool responses come back to the agent as
 user messages holding ``<tool_response>``), rendered by the base model's own chat template with
 ``{% generation %}`` blocks around the assistant output (rendering unchanged), so that TRL's
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.atomic import atomic_directory
 from pipelines.manifest import BuildResult, fingerprint, new_manifest, read_manifest, sha256_files, write_manifest
+from pipelines.train.precision import use_bf16
 from pipelines.train.think_loss import THINK_CLOSE, THINK_OPEN
 
 if TYPE_CHECKING:
@@ -217,29 +218,6 @@ def resolved_hyperparameters(params: SFTParams) -> dict[str, float]:
     base = DEFAULTS[params.method]
     return {"learning_rate": params.learning_rate if params.learning_rate is not None else base["learning_rate"],
             "warmup_ratio": params.warmup_ratio if params.warmup_ratio is not None else base["warmup_ratio"]}
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX tiles), where autocast to bf16 makes
-    SFT steps ~1.3x faster (bench/sft_precision.py); elsewhere bf16 is emulated and slower than fp32."""
-    import torch
-
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
-
-
-def use_bf16(choice: Any, *, cuda: bool | None = None) -> bool:
-    """bf16 mixed precision? ``auto``: on a CUDA GPU that supports it, else on a CPU with native bf16
-    (``cpu_has_native_bf16``); ``cuda`` says which device trains (default: CUDA when available)."""
-    import torch
-
-    if choice != "auto":
-        return bool(choice)
-    if cuda is None:
-        cuda = torch.cuda.is_available()
-    if cuda:
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    return cpu_has_native_bf16()
 
 
 def conversations_sha256(conversations: list[Any]) -> str:

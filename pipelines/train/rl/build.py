@@ -1,0 +1,186 @@
+"""Running one RL stage (``omne rl --stage N``): the start model, the rollouts, the trainer, and the saved model.
+
+Stages 1 and 3 of the Omne-R1 paper: RL with multi-turn tool rollouts on TRL's GRPOTrainer, from the base model
+(stage 1) or the SFT model (stage 3). Two credit assignments (``rl.<stage>.credit``): ``sequence`` (TRL's
+group-normalised advantage, one per rollout) and ``turn`` (KG-R1's per-turn returns); ``algorithm: ppo``
+replaces the group baseline with a value model and GAE (``pipelines.train.rl.trainers``).
+
+Cheap to import: torch, TRL and transformers load inside ``train_rl``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipelines.agent.rollout import Task
+from pipelines.config import Params, RLStageParams
+from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
+from pipelines.manifest import BuildResult
+from pipelines.train.rl.data import rl_dataset, rl_questions, validation_questions
+from pipelines.train.rl.history import plot_rl_curves, rl_summary
+from pipelines.train.rl.micro_batches import MEMORY_KEYS, micro_batch_size
+from pipelines.train.rl.resampling import gold_conversations
+from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
+
+
+def _start_model(params: Params, stage: int, start: str | None) -> Path:
+    """The folder a stage starts from: ``start`` when given, else the base model (stage 1) or the SFT model."""
+    from pipelines.agent.models import BASE, resolve_model_folder
+
+    if start:
+        return resolve_model_folder(start, params)
+    if stage == 1:
+        return resolve_model_folder(BASE, params)
+    folder = model_dir(params.artifacts_dir, SFT_MODEL)
+    if not folder.is_dir():
+        from pipelines.errors import ArtifactMissingError
+
+        raise ArtifactMissingError(f"{folder}: stage 3 starts from the SFT model (run `omne sft train` first)")
+    return folder
+
+
+def load_policy(folder: Path, params: Params) -> tuple[Any, Any]:
+    """The policy to start from: a full model folder, or an SFT/RL adapter merged onto its base."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipelines.agent.models import adapter_base
+
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        from pipelines.train.sft import load_sft_model
+
+        model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
+    else:
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def train_rl(params: Params, stage: int, *, start: str | None = None, name: str | None = None, force: bool = False,
+             progress: bool = True) -> BuildResult:
+    """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
+    reused when the start model, the data and the stage's params are unchanged."""
+    import torch
+    from trl import GRPOConfig
+
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.tools import KGToolbox
+    from pipelines.atomic import atomic_directory
+    from pipelines.eval.runner import load_gold_paths, make_protocol
+    from pipelines.layout import qa_dir
+    from pipelines.manifest import (
+        fingerprint,
+        model_identity,
+        new_manifest,
+        read_manifest,
+        relative_path,
+        sha256_files,
+        write_manifest,
+    )
+    from pipelines.train.memory import fused_logprob_tokens, release_memory
+    from pipelines.train.precision import use_bf16
+    from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
+    from pipelines.train.rl.validation import ValidationEM
+
+    settings: RLStageParams = getattr(params.rl, f"stage{stage}")
+    output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
+    start_folder = _start_model(params, stage, start)
+    dataset_dir = qa_dir(params.artifacts_dir, "dataset")
+    inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
+              "start_model": model_identity(start_folder)}
+    # memory knobs leave the model as it is: out of the fingerprint (recorded in the manifest's metadata)
+    memory = {"micro_batch": settings.micro_batch, "logprob_chunk_tokens": settings.logprob_chunk_tokens,
+              "prefix_cache_mb": params.agent.prefix_cache_mb}
+    shaping = {"stage": stage, "rl": settings.model_dump(mode="json", exclude=set(MEMORY_KEYS)),
+               "agent": params.agent.model_dump(mode="json", exclude={"prefix_cache_mb"}),
+               "tools": params.section("tools")}
+    existing = read_manifest(output)
+    if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):
+        return BuildResult(folder=output, manifest=existing, skipped=True)
+
+    agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
+    protocol = make_protocol(params.model_copy(update={"agent": agent}), agent.protocol, None)
+    pairs = rl_questions(params, settings)
+    if not pairs:
+        raise ValueError(f"rl.stage{stage}: no training questions (data_mix {settings.data_mix!r} on the train split)")
+    dataset = rl_dataset(pairs, protocol, load_gold_paths(params))
+    tasks = {row["prompt"][-1]["content"]: Task(qa_id=p.id, domain=p.domain, question=p.question,
+                                                gold_answers=p.answers, bucket=p.bucket, hops=p.hops)
+             for row, p in zip(dataset, pairs, strict=True)}
+    model, tokenizer = load_policy(start_folder, params)
+    toolbox = KGToolbox(params)
+    rollouts = ToolRollouts(protocol=protocol, tools=InProcessToolClient(toolbox), tokenizer=tokenizer, stage=settings,
+                            tasks=tasks, max_length=settings.max_length, prefix_cache_mb=params.agent.prefix_cache_mb,
+                            batch_size=params.agent.batch_size)
+    use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
+    rollouts_per_step = settings.questions_per_step * settings.num_generations
+    micro = micro_batch_size(rollouts_per_step, settings.micro_batch)
+    config = GRPOConfig(
+        output_dir=str(output.with_name(output.name + ".trainer")), max_steps=settings.max_steps,
+        num_train_epochs=settings.epochs, learning_rate=settings.learning_rate, beta=settings.beta,
+        epsilon=settings.epsilon, max_grad_norm=settings.max_grad_norm, num_generations=settings.num_generations,
+        # a step's rollouts in micro-batches (TRL's gradient accumulation over one generation batch: the same loss)
+        per_device_train_batch_size=micro, gradient_accumulation_steps=rollouts_per_step // micro,
+        temperature=settings.temperature, logging_steps=1, save_strategy="no",
+        report_to="none", seed=settings.seed, bf16=use_bf16(settings.bf16, cuda=use_cuda), use_cpu=not use_cuda,
+        max_completion_length=settings.max_length, disable_tqdm=not progress,
+        reward_weights=settings.reward_weights, lr_scheduler_type="constant", warmup_steps=0,
+        remove_unused_columns=False, dataloader_num_workers=0, gradient_checkpointing=settings.gradient_checkpointing)
+    peft_config = None
+    if settings.method == "lora":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
+    rewards = trajectory_rewards(settings.rewards, None, settings.reward_options, settings.overlong_tokens)
+    common = dict(model=model, reward_funcs=rewards, args=config, train_dataset=dataset, processing_class=tokenizer,
+                  peft_config=peft_config, rollouts=rollouts, stage=settings)
+    if settings.algorithm == "ppo":
+        trainer = PPOToolTrainer(**common, value_model=_value_model(start_folder, params, tokenizer))
+    else:
+        trainer = ToolGRPOTrainer(**common)
+    if settings.resample == "hard_case":
+        trainer.hard_case_conversations = gold_conversations(params, {p.id for p in pairs if p.bucket == "3+"})
+    validation = validation_questions(params, settings)
+    if validation and settings.val_questions:
+        trainer.add_callback(ValidationEM(trainer, rollouts, validation, settings.eval_every))
+    with fused_logprob_tokens(settings.logprob_chunk_tokens):
+        trainer.train()
+
+    with atomic_directory(output) as tmp:
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(policy, "merge_and_unload"):
+            policy = policy.merge_and_unload()
+        policy.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        history = trainer.state.log_history
+        (tmp / "trainer_state.json").write_text(json.dumps({"log_history": history,
+                                                            "global_step": trainer.state.global_step}, indent=2))
+        plot_rl_curves(history, tmp / "training_curves.png", title=f"RL stage {stage} ({settings.algorithm})")
+        summary = rl_summary(history)
+        manifest = new_manifest(f"rl_stage{stage}_model", files={}, inputs=inputs, params=shaping,
+                                rows={"questions": len(pairs), "steps": trainer.state.global_step},
+                                metadata={"start_model": relative_path(start_folder, params.root), **summary,
+                                          "memory": memory})
+        write_manifest(tmp, manifest)
+    del trainer, model, policy, rollouts, toolbox, common
+    release_memory()  # the next stage of the same process starts without this one's model and trainer
+    return BuildResult(folder=output, manifest=manifest)
+
+
+def _value_model(folder: Path, params: Params, tokenizer: Any) -> Any:
+    """The PPO critic: the start model's trunk with a fresh scalar head (one value per token)."""
+    from transformers import AutoModelForTokenClassification
+
+    base = folder
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        from pipelines.agent.models import adapter_base
+
+        base = adapter_base(folder, params)
+    critic = AutoModelForTokenClassification.from_pretrained(base, num_labels=1)
+    if critic.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        critic.resize_token_embeddings(len(tokenizer))
+    critic.config.pad_token_id = tokenizer.pad_token_id
+    return critic

@@ -1,0 +1,74 @@
+"""Which questions a stage keeps training on (``rl.<stage>.resample``).
+
+* ``history`` (KG-Hopper): a question whose rollouts all earned the same reward teaches nothing and is dropped
+  (decided in the trainer, which sees the rewards);
+* ``hard_case`` (KG-Reasoner): from the second epoch on, only the multi-hop questions whose gold-path SFT
+  conversation the policy still finds hard (``conversation_losses``) are kept.
+
+Both leave questions out through ``SkippingSampler``, which wraps TRL's sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pipelines.config import Params
+from pipelines.train.rl.episodes import chat_token_ids
+
+
+class SkippingSampler:
+    """Wraps TRL's repeat sampler and leaves out the indices of questions resampled away (every copy of an
+    index goes, so the groups of num_generations copies stay whole)."""
+
+    def __init__(self, inner: Any, trainer: Any) -> None:
+        self.inner, self.trainer = inner, trainer
+
+    def __iter__(self) -> Iterator[int]:
+        self.trainer.start_epoch(self.trainer.epochs_started)
+        self.trainer.epochs_started += 1
+        ids = self.trainer.train_dataset["qa_id"]
+        excluded = set(self.trainer.excluded)
+        kept = [i for i in self.inner if ids[i] not in excluded]
+        if not kept:  # everything resampled away: keep going on the full set rather than stopping
+            kept = list(self.inner)
+        return iter(kept)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def conversation_losses(model: Any, tokenizer: Any, conversations: dict[str, list[dict[str, str]]]) -> dict[str, float]:
+    """Mean NLL of each conversation's assistant turns under ``model`` (the SFT loss KG-Reasoner resamples by)."""
+    import torch
+
+    losses = {}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for qa_id, messages in conversations.items():
+            ids, labels = [], []
+            for k, message in enumerate(messages):
+                before = chat_token_ids(tokenizer, messages[:k], generation_prompt=False) if k else []
+                after = chat_token_ids(tokenizer, messages[:k + 1], generation_prompt=False)
+                part = after[len(before):]
+                ids += part
+                labels += part if message["role"] == "assistant" else [-100] * len(part)
+            tensor = torch.tensor([ids], device=model.device)
+            out = model(input_ids=tensor, labels=torch.tensor([labels], device=model.device))
+            losses[qa_id] = float(out.loss)
+    model.train(was_training)
+    return losses
+
+
+def gold_conversations(params: Params, qa_ids: set[str]) -> dict[str, list[dict[str, str]]]:
+    """The stage-2 SFT conversations (gold paths walked with the tools) of these questions, as chat messages."""
+    from pipelines.train.sft import sharegpt_to_messages
+    from pipelines.train.sft_data import read_sft_conversations
+
+    out: dict[str, list[dict[str, str]]] = {}
+    for record in read_sft_conversations(params):
+        qa_id = record.id.rsplit("-", 1)[0]
+        if qa_id in qa_ids and qa_id not in out:
+            out[qa_id] = sharegpt_to_messages(record)
+    return out

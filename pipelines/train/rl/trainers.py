@@ -1,0 +1,172 @@
+"""The TRL trainers of the RL stages: ``ToolGRPOTrainer`` (GRPO with tool rollouts) and ``PPOToolTrainer``.
+
+TRL 1.16 has no PPO trainer left, so PPO is GRPOTrainer's clipped policy loss with per-token GAE advantages from
+a critic. Both extend TRL's ``GRPOTrainer`` through some of its PRIVATE methods, which TRL may change in any
+release; every such override lives in this module, says the TRL version it was written for
+(``WRITTEN_FOR_TRL``, the version pinned in pyproject.toml) and is checked against TRL's own class by
+tests/test_rl_overrides.py. Methods of these classes whose names start with ``_`` are TRL overrides and nothing
+else (the trainers' own helpers have public names).
+
+This module imports TRL (seconds): modules that must stay cheap import it inside functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from pipelines.config import RLStageParams
+from pipelines.train.rewards import RewardOptions, kg_r1_scores
+from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages, whiten
+from pipelines.train.rl.micro_batches import trim_completion_padding
+from pipelines.train.rl.resampling import SkippingSampler, conversation_losses
+from pipelines.train.rl.rollouts import ToolRollouts
+
+log = logging.getLogger(__name__)
+
+WRITTEN_FOR_TRL = "1.16.0"  # the TRL release the private overrides below were read against (trl==1.16.0)
+
+
+class ToolGRPOTrainer(GRPOTrainer):
+    """GRPO with tool rollouts; ``credit: turn`` switches to KG-R1's turn-level advantages; a sampler that
+    skips resampled-out questions (KG-Hopper history / KG-Reasoner hard-case resampling)."""
+
+    def __init__(self, *args: Any, rollouts: ToolRollouts, stage: RLStageParams, **kwargs: Any) -> None:
+        self.rollouts, self.stage = rollouts, stage
+        self.excluded: set[str] = set()
+        self.hard_case_conversations: dict[str, list[dict[str, str]]] | None = None
+        self.epochs_started = 0
+        self.last_rewards: torch.Tensor | None = None  # weighted reward of each rollout of the last generation batch
+        # rollout_func: public but experimental in TRL 1.16.0 (it warns unless TRL_EXPERIMENTAL_SILENCE=1)
+        super().__init__(*args, rollout_func=rollouts, **kwargs)
+
+    # TRL 1.16.0 private override: GRPOTrainer._generate_and_score_completions(self, inputs) -> dict of tensors
+    # (prompt/completion ids and masks, "advantages" of shape (B,), "tool_mask" from the rollout's env_mask).
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        if self.stage.resample == "history":
+            self.resample_by_history(inputs)
+        if self.stage.credit == "turn":
+            output["advantages"] = self.turn_advantages(inputs, output["completion_ids"].shape[1]).to(
+                output["completion_ids"].device)
+        return output
+
+    # TRL 1.16.0 private override: GRPOTrainer._calculate_rewards(self, inputs, prompts, completions,
+    # completion_ids_list) -> (B, number of reward functions), gathered over processes, NaN where a function abstains.
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        per_function = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        weights = self.reward_weights.to(per_function.device)
+        self.last_rewards = (per_function * weights.unsqueeze(0)).nansum(dim=1).detach().cpu()
+        return per_function
+
+    # TRL 1.16.0 private override: GRPOTrainer._get_train_sampler(self, dataset=None) -> RepeatSampler (each index
+    # num_generations times in a row), which transformers' Trainer asks for when it builds the train dataloader.
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        return SkippingSampler(super()._get_train_sampler(dataset), self)
+
+    # TRL 1.16.0 private override: GRPOTrainer._prepare_inputs(self, generation_batch) -> the micro-batch of this
+    # accumulation step (generating and buffering a whole generation batch every steps_per_generation steps).
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        inputs = super()._prepare_inputs(generation_batch)
+        return trim_completion_padding(inputs) if self.model.training else inputs
+
+    def turn_advantages(self, inputs: list[dict[str, Any]], length: int) -> torch.Tensor:
+        """KG-R1 turn-level advantages (B, length) of the generation batch, from its trajectories' turn returns."""
+        options = RewardOptions(**self.stage.reward_options)
+        trajectories = [x["trajectory"] for x in inputs]
+        scores = kg_r1_scores(trajectories, options=options)
+        returns = [s.returns(options.kg_r1_lambda) for s in scores]
+        return turn_level_advantages(returns, [x["turn_spans"] for x in inputs], self.num_generations, length)
+
+    def resample_by_history(self, inputs: list[dict[str, Any]]) -> None:
+        """KG-Hopper: a question whose rollouts all earned the same reward teaches nothing; drop it."""
+        rewards = self.last_rewards
+        for start in range(0, len(inputs), self.num_generations):
+            group = rewards[start:start + self.num_generations]
+            if len(group) == self.num_generations and float(group.max() - group.min()) < 1e-6:
+                self.excluded.add(inputs[start]["qa_id"])
+
+    def start_epoch(self, epoch: int) -> None:
+        """KG-Reasoner's hard-case resampling: from the second epoch on, train only on the multi-hop questions
+        the policy still finds hard (its loss on the question's gold-path SFT conversation above a threshold)."""
+        if self.stage.resample != "hard_case" or epoch < 1 or self.hard_case_conversations is None:
+            return
+        losses = conversation_losses(self.accelerator.unwrap_model(self.model), self.processing_class,
+                                     self.hard_case_conversations)
+        hard = {qa for qa, loss in losses.items() if loss > self.stage.hard_case_loss}
+        self.excluded = {row["qa_id"] for row in self.train_dataset
+                         if row["bucket"] != "3+" or (row["qa_id"] in losses and row["qa_id"] not in hard)}
+        log.info("hard-case resampling, epoch %d: %d hard multi-hop questions kept", epoch + 1, len(hard))
+
+
+class PPOToolTrainer(ToolGRPOTrainer):
+    """PPO (the Omne-R1 paper's algorithm): GAE advantages from a value model in place of the group baseline.
+
+    The critic is the base model's trunk with a scalar head (``AutoModelForTokenClassification``),
+    trained with its own optimizer on the clipped value loss each time the policy loss is computed.
+    """
+
+    def __init__(self, *args: Any, value_model: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.value_model = value_model.to(self.accelerator.device)
+        self.value_optimizer = torch.optim.AdamW(
+            [p for p in self.value_model.parameters() if p.requires_grad], lr=self.stage.value_learning_rate)
+        self.value_loss_window = 0.0  # the critic's loss summed over the micro-batches of the current step
+
+    def critic_values(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """V(s_t) for every completion position t of a batch: the critic's score of the state before token t."""
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        scores = self.value_model(input_ids=ids, attention_mask=attention).logits[..., 0]
+        prompt_length = inputs["prompt_ids"].shape[1]
+        return scores[:, prompt_length - 1:-1]  # V(s_t): the state before completion token t
+
+    # TRL 1.16.0 private override (through ToolGRPOTrainer): GRPOTrainer._generate_and_score_completions; adds the
+    # per-token GAE advantages (B, T) and the critic's targets, which split_tensor_dict cuts into micro-batches.
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        mask = output["completion_mask"].float()
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"].float()
+        with torch.no_grad():  # a micro-batch of rows at a time (the same width: the same values)
+            size = self.args.per_device_train_batch_size
+            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+            values = torch.cat([self.critic_values({k: output[k][i:i + size] for k in keys})
+                                for i in range(0, output["prompt_ids"].shape[0], size)]).float() * mask
+        rewards = self.last_rewards.to(values.device)
+        advantages, returns = gae_advantages(rewards, values, mask, gamma=self.stage.gamma,
+                                             lam=self.stage.gae_lambda)
+        output["advantages"] = whiten(advantages, mask)
+        output["returns"], output["old_values"] = returns, values
+        output["value_mask_total"] = mask.sum()  # the value loss's denominator over every micro-batch
+        return output
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """TRL's policy loss, plus one step of the critic on the clipped value loss (its own optimizer)."""
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        if self.value_model.training is False:
+            self.value_model.train()
+        mask = inputs["completion_mask"].float()
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"].float()
+        values = self.critic_values(inputs).float()
+        clipped = inputs["old_values"] + (values - inputs["old_values"]).clamp(-self.stage.epsilon,
+                                                                                self.stage.epsilon)
+        value_loss = 0.5 * torch.max((values - inputs["returns"]) ** 2, (clipped - inputs["returns"]) ** 2)
+        # the masked mean over the whole step's rollouts, accumulated over its micro-batches: one critic step
+        # per policy step, on the gradient of that mean (as with the step in one micro-batch)
+        total = inputs.get("value_mask_total")
+        count = mask.sum() if total is None else total.to(mask.device).float()
+        value_loss = (value_loss * mask).sum() / count.clamp(min=1)
+        value_loss.backward()
+        self.value_loss_window += float(value_loss.detach())
+        if self.accelerator.sync_gradients:
+            torch.nn.utils.clip_grad_norm_(self.value_model.parameters(), self.args.max_grad_norm)
+            self.value_optimizer.step()
+            self.value_optimizer.zero_grad()
+            self._metrics["train"]["value_loss"].append(self.value_loss_window)  # TRL 1.16.0's logged-metric store
+            self.value_loss_window = 0.0
+        return loss

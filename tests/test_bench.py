@@ -1,0 +1,267 @@
+"""bench/ cannot rot: every benchmark script's --toy run (tiny data, tiny random models, a throw-away project)
+exits 0 and writes its results file with the expected structure, ratios positive and finite; the shared
+command line (bench/_common.py's BenchParser) behaves as bench/README.md says.
+
+The toy runs start together when the first test needs them, a few at a time (each is mostly Python start-up,
+imports and waiting), so the whole module takes about as long as its slowest few scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT, cli_env
+
+BENCH = PROJECT_ROOT / "bench"
+RESULTS = BENCH / "results"
+TIMEOUT_S = 420
+WORKERS = 3
+# the slowest first, so that the pool ends together
+SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "sft", "sft_precision"]
+COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
+RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
+
+
+def _mtime(path: Path) -> float | None:
+    return path.stat().st_mtime if path.exists() else None
+
+
+class ToyRun:
+    def __init__(self, name: str, out: Path, future: Future[subprocess.CompletedProcess[str]]) -> None:
+        self.name, self.out, self.future = name, out, future
+
+    def result(self) -> dict[str, Any]:
+        """The run's JSON, once it exited 0 (its output in the failure message otherwise)."""
+        done = self.future.result()
+        tail = (done.stdout[-3000:] + "\n" + done.stderr[-5000:]).strip()
+        assert done.returncode == 0, f"bench/{self.name}.py --toy exited {done.returncode}:\n{tail}"
+        path = self.out / f"{self.name}.json"
+        assert path.is_file(), f"bench/{self.name}.py --toy wrote no {path.name}:\n{tail}"
+        assert f"results: {path}" in done.stdout
+        return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def toy_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ToyRun]]:
+    """The selected scripts' `--toy --out <tmp>` runs, started together (WORKERS at a time) in the background."""
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_toy_run_writes_its_results"}
+    names = [name for name in SCRIPTS if name in selected]
+    root = tmp_path_factory.mktemp("bench")
+    before = {name: _mtime(RESULTS / f"{name}.json") for name in names}
+    env = cli_env(PYTHONUNBUFFERED="1")
+
+    def run(name: str) -> subprocess.CompletedProcess[str]:
+        out = root / name
+        try:
+            return subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--toy", "--out", str(out)],
+                                  cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            return subprocess.CompletedProcess(exc.cmd, -9, f"{exc.stdout or ''}", f"timed out after {TIMEOUT_S} s")
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        yield {name: ToyRun(name, root / name, pool.submit(run, name)) for name in names}
+    after = {name: _mtime(RESULTS / f"{name}.json") for name in names}
+    assert after == before, "a --toy run wrote into bench/results/"
+
+
+def ratios(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (path, value) under a key named *ratio*, *ratios*, *speedup* or *speedups* (numbers, lists of
+    numbers, dicts of them), outside args/machine/params."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("args", "machine", "params", "table"):
+                continue
+            here = f"{path}.{key}"
+            if RATIO_KEY.search(key):
+                if isinstance(item, dict):
+                    yield from ((f"{here}.{k}", v) for k, v in item.items())
+                elif isinstance(item, list):
+                    yield from ((f"{here}[{i}]", v) for i, v in enumerate(item))
+                else:
+                    yield here, item
+            else:
+                yield from ratios(item, here)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from ratios(item, f"{path}[{index}]")
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def get(results: dict[str, Any], dotted: str) -> Any:
+    value: Any = results
+    for key in dotted.split("."):
+        assert isinstance(value, dict) and key in value, f"no {dotted} (stopped at {key})"
+        value = value[key]
+    return value
+
+
+def check_common(name: str, results: dict[str, Any], required: list[str]) -> None:
+    assert COMMON_KEYS <= results.keys(), COMMON_KEYS - results.keys()
+    assert results["benchmark"] == name and results["args"]["toy"] is True
+    assert results["total_s"] > 0 and results["table"] and all(isinstance(line, str) for line in results["table"])
+    found = list(ratios(results))
+    for path, value in found:  # CPU time is counted in 10 ms ticks: a toy stage's can be 0, its ratio None
+        assert positive(value) or (value is None and "cpu" in path), f"{name}: {path} = {value!r}"
+    for dotted in required:
+        assert positive(get(results, dotted)), f"{name}: {dotted} = {get(results, dotted)!r}"
+
+
+def check_kg_build(results: dict[str, Any]) -> list[str]:
+    assert set(results["graphs"]) == {"solar", "synthetic"}
+    synthetic = results["graphs"]["synthetic"]
+    assert synthetic["generator"]["entities"] == 400 and synthetic["index"]["sampled"] is True
+    assert synthetic["index"]["search"]["ann"]["recall_at_1_vs_exact"] >= 0
+    return [f"graphs.{g}.{stage}.ratio" for g in ("solar", "synthetic") for stage in ("build", "stats", "index")] + [
+        "graphs.synthetic.index.search.exact_ratio_p50", "graphs.synthetic.index.search.ann.ratio_p50_vs_exact",
+        "graphs.solar.index.cache.warm_ratio_vs_uncached"]
+
+
+def check_tools(results: dict[str, Any]) -> list[str]:
+    assert set(results["graphs"]) == {"solar", "synthetic"}
+    for graph in results["graphs"].values():
+        node_info = graph["node_info"]
+        assert node_info["failed_calls"] == 0 and node_info["http"]["failed_calls"] == 0
+        assert node_info["http"]["content_mismatches_vs_in_process"] == 0
+        assert node_info["relation_count_agreement"]["networkx"] == 1.0
+        assert positive(node_info["http"]["batch"]["calls_per_s"])
+        assert graph["entity_matcher"]["failed_calls"] == 0
+    assert {t["target"] for t in results["targets"]} and all(t["pass"] in (True, False, None)
+                                                             for t in results["targets"])
+    return [f"graphs.{g}.{key}" for g in ("solar", "synthetic") for key in (
+        "node_info.speedup_vs_linear_scan.mean", "node_info.speedup_vs_networkx.mean",
+        "entity_matcher.search.speedup_vs_lance_flat.p50")]
+
+
+def check_qa(results: dict[str, Any]) -> list[str]:
+    assert set(results["seeds"]) == {"solar", "synthetic"}
+    assert all(s["same_results"] is True for s in results["seeds"].values())
+    llm = results["llm"]
+    assert llm["domain"] == "solar" and llm["seeds"] >= 1 and llm["same_pairs"] is True
+    assert llm["cache"]["rerun_server_requests"] == 0
+    return ["seeds.solar.ratio", "seeds.synthetic.ratio", "seeds.synthetic.speedup", "llm.speedup"]
+
+
+def check_rollout(results: dict[str, Any]) -> list[str]:
+    setup = results["setup"]
+    assert setup["questions"] == 2 and setup["batch_size"] == 2 and setup["force_tool_call"] is True
+    assert results["sequential"]["questions"] == results["batched"]["questions"] == 2
+    assert results["sequential"]["turns"] >= 2 and results["batched"]["generated_tokens"] > 0
+    assert isinstance(results["comparison"]["same_trajectories"], bool)
+    return ["ratio", "speedup", "sequential.questions_per_s", "batched.questions_per_s"]
+
+
+def check_rl_curve(results: dict[str, Any]) -> list[str]:
+    assert results["stage"] == 1 and results["skipped"] is False
+    assert len(results["rewards"]) == 2 and all(math.isfinite(r) for r in results["rewards"])
+    assert results["val_em_curve"] and all(0 <= p["val_em"] <= 1 for p in results["val_em_curve"])
+    return ["train_s"]
+
+
+def check_sft(results: dict[str, Any]) -> list[str]:
+    assert set(results["models"]) == {"tiny"}
+    tiny = results["models"]["tiny"]
+    assert tiny["train_examples"] == 4 and len(tiny["runs"]["weighted"]) == len(tiny["runs"]["plain"]) == 1
+    assert all(math.isfinite(loss) for loss in tiny["runs"]["weighted"][0]["losses"])
+    return ["models.tiny.median_ratio", "models.tiny.summary.weighted.s_per_step",
+            "models.tiny.summary.plain.s_per_step"]
+
+
+def check_sft_precision(results: dict[str, Any]) -> list[str]:
+    assert Path(results["model"]).name == "tiny-llama"
+    assert set(results["result"]["summary"]) == {"bf16", "fp32"}
+    return ["result.median_speedup", "result.summary.bf16.s_per_step", "result.summary.fp32.s_per_step"]
+
+
+def check_orchestration(results: dict[str, Any]) -> list[str]:
+    stages = ["knowledge_graph", "entity_index", "seed_subgraphs", "qa_pairs", "gold_paths", "qa_dataset"]
+    assert list(results["stages"]) == stages
+    for stage in results["stages"].values():
+        assert {len(stage["runs"][v]) for v in ("library", "body", "dagster")} == {1}
+    return [f"stages.{s}.ratio_dagster_vs_library" for s in stages] + ["totals.dagster_s"]
+
+
+def check_reliability(results: dict[str, Any]) -> list[str]:
+    assert {"imports", "llm", "server"} <= results.keys() and "dvc" not in results and "project" not in results
+    assert results["imports"]["concurrent_imports"] == 4 and results["imports"]["lost_registrations"] == 0
+    assert results["llm"]["malformed_replies"] >= 100 and results["llm"]["exceptions"] == 0
+    assert results["server"]["server_5xx"] == 0 and results["server"]["kg"]["entities"] == 200
+    return ["server.load_requests_per_s", "server.health_p99_s"]
+
+
+CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
+    "rl_curve": check_rl_curve, "sft": check_sft, "sft_precision": check_sft_precision,
+    "orchestration": check_orchestration, "reliability": check_reliability}
+
+
+def test_every_bench_script_has_a_toy_check() -> None:
+    scripts = {p.stem for p in BENCH.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(SCRIPTS) == set(CHECKS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_toy_run_writes_its_results(name: str, toy_runs: dict[str, ToyRun]) -> None:
+    results = toy_runs[name].result()
+    required = CHECKS[name](results)
+    check_common(name, results, required)
+
+
+# --------------------------------------------------------------------------------------------
+# The shared command line, in-process (no torch: bench/_common.py imports polars and the registry only)
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def common() -> Any:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(BENCH))
+    return _common
+
+
+def _parser(common: Any) -> Any:
+    parser = common.BenchParser("demo", description="A demo.", toy={"size": 3}, repeat=5,
+                                repeat_aliases=("--rounds",))
+    parser.add_argument("--size", type=int, default=1000, help="items")
+    return parser
+
+
+def test_bench_parser_defaults_and_results_file(common: Any) -> None:
+    args = _parser(common).parse_args([])
+    assert (args.size, args.repeat, args.seed, args.toy, args.verbose) == (1000, 5, 0, False, False)
+    assert args.out == common.RESULTS_DIR / "demo.json" and args.params == PROJECT_ROOT / "params.yaml"
+    assert _parser(common).parse_args(["--out", "/x/y"]).out == Path("/x/y/demo.json")
+    assert _parser(common).parse_args(["--out", "/x/r.json"]).out == Path("/x/r.json")
+    assert _parser(common).parse_args(["--rounds", "2"]).repeat == 2
+
+
+def test_toy_sets_its_defaults_but_explicit_options_win(common: Any) -> None:
+    args = _parser(common).parse_args(["--toy"])
+    assert (args.size, args.params) == (3, None)  # None: the script builds a throw-away project
+    assert args.out.parent == common.TOY_RESULTS_DIR and not args.out.is_relative_to(common.RESULTS_DIR)
+    args = _parser(common).parse_args(["--toy", "--size", "7", "--params", "p.yaml"])
+    assert (args.size, args.params) == (7, Path("p.yaml"))
+
+
+def test_help_explains_every_option(common: Any) -> None:
+    parser = _parser(common)
+    text = parser.format_help()
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its options there
+        assert action.help, action.option_strings
+    assert "sets --size 3" in text and "--out PATH" in text and "--rounds" in text
