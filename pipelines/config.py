@@ -20,8 +20,18 @@ PARAMS_ENV = "OMNE_PARAMS"
 PROFILE_ENV = "OMNE_PROFILE"
 
 
+MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it bounds memory and never changes a result
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
+        """The section as it shapes an artifact (fingerprints, cache keys): without the memory-only settings, so
+        tuning them reuses what is built."""
+        memory = {name for name, field in type(self).model_fields.items()
+                  if (field.json_schema_extra or {}).get("memory_only")}
+        return self.model_dump(mode="json", exclude=memory | set(exclude))
 
 
 class PathsParams(_Section):
@@ -119,7 +129,7 @@ class AgentParams(_Section):
     device: Literal["cpu", "cuda", "auto"] = "auto"
     # transformers backend: key/value states of prompt prefixes kept between rounds (system prompt, each
     # episode's conversation so far), at most this many MiB (LRU); 0: none kept
-    prefix_cache_mb: int = Field(512, ge=0)
+    prefix_cache_mb: int = Field(512, ge=0, json_schema_extra=MEMORY_ONLY)
 
 
 class EvalParams(_Section):
@@ -177,7 +187,7 @@ class SFTParams(_Section):
     gradient_checkpointing: bool = False
     # tokens per tile of the fused LM head (log-probabilities without the full logits); on a CPU each tile has
     # several float32 temporaries of tokens x 32,768 vocabulary columns. None: TRL's 4096
-    logprob_chunk_tokens: int | None = Field(512, ge=1)
+    logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)
     logging_steps: int = Field(1, ge=1)
     seed: int = 0
 
@@ -228,8 +238,8 @@ class RLStageParams(_Section):
     gradient_checkpointing: bool = False
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
-    micro_batch: int = Field(1, ge=1)
-    logprob_chunk_tokens: int | None = Field(512, ge=1)  # as sft.logprob_chunk_tokens
+    micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
+    logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)  # as sft.logprob_chunk_tokens
     seed: int = 0
 
     @model_validator(mode="after")

@@ -226,7 +226,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
         metrics.judge = judge_answers(trajectories, build_chat_client(params), params.llm,
                                       progress=progress).model_dump()
     shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": source.split,
-               "limit": source.limit, "agent": _agent_settings(params), "eval": params.section("eval"),
+               "limit": source.limit, "agent": params.agent.result_settings(), "eval": params.section("eval"),
                "profile": params.profile, "wall_time_s": round(time.perf_counter() - started, 2),
                **source.report_params(params.root)}
     folder = write_report(report_dir(params.artifacts_dir, run), metrics, trajectories, gold_paths=gold,
@@ -245,7 +245,7 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     folder = report_dir(params.artifacts_dir, name)
     manifest = read_manifest(folder)
     identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
-    wanted = {"agent": _agent_settings(params), "eval": params.section("eval"), "tools": params.section("tools"),
+    wanted = {"agent": params.agent.result_settings(), "eval": params.section("eval"), "tools": params.section("tools"),
               "profile": params.profile,
               "model": identity, **{k: v for k, v in options.items() if isinstance(v, str | int | None)}}
     dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
@@ -260,11 +260,6 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
         manifest.metadata["cache_key"] = _cache_key(wanted, dataset.files)
         write_manifest(folder, manifest)
     return result
-
-
-def _agent_settings(params: Params) -> dict[str, Any]:
-    """The agent section as it shapes a report: without prefix_cache_mb (memory only; replies are the same)."""
-    return params.agent.model_dump(mode="json", exclude={"prefix_cache_mb"})
 
 
 def _cache_key(settings: dict[str, Any], dataset_files: dict[str, str]) -> str:

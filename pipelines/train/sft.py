@@ -271,8 +271,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     conversations = list(conversations)
     all_inputs = {**(inputs or {}), "conversations": conversations_sha256(conversations),
                   "base_model": model_identity(base_model_folder)}
-    # the sweep's, not this model's; logprob_chunk_tokens bounds memory and leaves the model as it is
-    shaping = params.model_dump(mode="json", exclude={"sweep_weights", "sweep_max_steps", "logprob_chunk_tokens"})
+    # the sweep's settings are not this model's; memory-only settings leave the model as it is
+    shaping = params.result_settings(exclude={"sweep_weights", "sweep_max_steps"})
     if not force:
         manifest = read_manifest(output_folder)
         if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):

@@ -20,7 +20,7 @@ from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
 from pipelines.manifest import BuildResult
 from pipelines.train.rl.data import rl_dataset, rl_questions, validation_questions
 from pipelines.train.rl.history import plot_rl_curves, rl_summary
-from pipelines.train.rl.micro_batches import MEMORY_KEYS, micro_batch_size
+from pipelines.train.rl.micro_batches import micro_batch_size
 from pipelines.train.rl.resampling import gold_conversations
 from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
 
@@ -93,8 +93,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     # memory knobs leave the model as it is: out of the fingerprint (recorded in the manifest's metadata)
     memory = {"micro_batch": settings.micro_batch, "logprob_chunk_tokens": settings.logprob_chunk_tokens,
               "prefix_cache_mb": params.agent.prefix_cache_mb}
-    shaping = {"stage": stage, "rl": settings.model_dump(mode="json", exclude=set(MEMORY_KEYS)),
-               "agent": params.agent.model_dump(mode="json", exclude={"prefix_cache_mb"}),
+    shaping = {"stage": stage, "rl": settings.result_settings(), "agent": params.agent.result_settings(),
                "tools": params.section("tools")}
     existing = read_manifest(output)
     if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):

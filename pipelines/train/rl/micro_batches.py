@@ -1,6 +1,6 @@
 """Memory without a change of result: a step's rollouts in micro-batches, each cut to the width it needs.
 
-Cheap to import (torch loads inside the function that needs it): ``build`` reads ``MEMORY_KEYS`` and
+Cheap to import (torch loads inside the function that needs it): ``build`` reads
 ``micro_batch_size`` before any model is loaded.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-MEMORY_KEYS = ("micro_batch", "logprob_chunk_tokens")  # RL settings that bound memory, never the result
 
 
 def trim_completion_padding(inputs: dict[str, Any]) -> dict[str, Any]:
