@@ -103,6 +103,7 @@ class QAParams(_Section):
     one_two_hop_per_domain: int = Field(150, ge=0)  # target QA pairs of the 1/2-hop bucket per domain
     three_plus_per_domain: int = Field(150, ge=0)  # target QA pairs of the 3+ bucket per domain
     max_hops: int = Field(4, ge=3)  # longest path of a 3+ question (hops = path nodes - 1)
+    max_question_words: int = Field(45, ge=5)  # longer questions are rejected (any generator)
     max_retries: int = Field(3, ge=0)  # regeneration rounds after a failed validation (the paper's retry block)
     strict_path: bool = True  # also require path[0] == seed and answer == path[-1] (the paper: answer on path)
     show_descriptions: bool = False  # entity descriptions in the generation prompt's subgraph

@@ -105,17 +105,18 @@ def test_question_is_written_from_relation_descriptions(tmp_path: Path) -> None:
                                               "United Arab Emirates uses the UAE Dirham."],
                               "weight": [1.0, 1.0]}, schema=RELATION_SCHEMA)
     graph = RelationGraph(KnowledgeGraph(entities=entities, relations=relations, directed=True))
-    assert write_question(graph, 0, [Step(0, True)]) == "Abu Dhabi is the capital of which country?"
+    # the rules' phrases: statements from the shared description pattern, the other forms from the statement
+    assert write_question(graph, 0, [Step(0, True)]) == "Which country is Abu Dhabi the capital of?"
     assert write_question(graph, 1, [Step(0, False)]) == "Which city is the capital of United Arab Emirates?"
     assert write_question(graph, 0, [Step(0, True), Step(1, True)]) == \
-        "The country that Abu Dhabi is the capital of uses which currency?"
-    # read one clause at a time: what is left to ask once the first relation is walked
+        "Which currency does the country of which Abu Dhabi is the capital use?"
+    # read one hop at a time: what is left to ask once the first relation is walked
     two_hops = [Step(0, True), Step(1, True)]
-    assert remaining_questions(graph, 0, two_hops) == ["United Arab Emirates uses which currency?"]
+    assert remaining_questions(graph, 0, two_hops) == ["Which currency does United Arab Emirates use?"]
     assert remaining_questions(graph, 0, [Step(0, True)]) == []
-    assert keyword_sentence("A", "in block", "B") == "A is in block B"
+    assert keyword_sentence("A", "in block", "B") == "A is in B"
     assert keyword_sentence("A", "excludes", "B") == "A excludes B"
-    assert keyword_sentence("A", "code also", "B") == 'A has a "code also" relation to B'
+    assert keyword_sentence("A", "code also", "B") == "A has the code also B"
 
 
 def test_names_are_matched_as_whole_names() -> None:
@@ -222,14 +223,17 @@ def test_entity_keys_resolve_names_case_insensitively(chemistry: Params) -> None
 
 def _good_reply(graph: RelationGraph, seed_name: str, bucket: str, nodes: list[int]) -> str:
     from pipelines.qa.template import sample_template_path
+    from pipelines.qa.validate import check_question
 
     seed = graph.entity_id(seed_name)
     rng = np.random.default_rng(seed)
-    for hops in ([1, 2] if bucket == "1-2" else [3, 4]):
+    for hops in ([1, 2] if bucket == "1-2" else [3, 4]) * 5:
         steps = sample_template_path(graph, seed, hops, set(nodes), rng)
         if steps:
             path = [graph.names[n] for n in graph.path_nodes(seed, steps)]
-            return json.dumps({"path": path, "question": write_question(graph, seed, steps), "answer": path[-1]})
+            question = write_question(graph, seed, steps) or ""
+            if not check_question(question, path, path[-1], graph.generic_words):
+                return json.dumps({"path": path, "question": question, "answer": path[-1]})
     raise AssertionError(f"no path for {seed_name}")
 
 
@@ -284,10 +288,10 @@ def test_llm_generator_validates_judges_and_retries_with_feedback(chemistry: Par
     assert all(a.accepted for a in result.attempts), [a.attempts for a in result.attempts if not a.accepted]
     assert len(result.pairs) == 6 and {p.bucket for p in result.pairs} == {"1-2", "3+"}
     leaked = by_seed[(subgraphs[0].seed_name, "1-2")]
-    assert len(leaked.attempts) == 2 and "names other path entities" in leaked.attempts[0].feedback
+    assert len(leaked.attempts) == 2 and "gives away other path entities" in leaked.attempts[0].feedback
     assert leaked.attempts[0].path_valid is True
     retry_prompts = [r.messages[1]["content"] for r in client.requests if "Your previous attempt" in r.messages[1]["content"]]
-    assert any("Path valid: True" in p and "names other path entities" in p for p in retry_prompts)
+    assert any("Path valid: True" in p and "gives away other path entities" in p for p in retry_prompts)
     assert len(by_seed[(subgraphs[1].seed_name, "1-2")].attempts) == 1  # repaired within the round
     rejected = by_seed[(subgraphs[2].seed_name, "1-2")]
     assert rejected.attempts[0].feedback.startswith("the judge rejected the question")

@@ -7,8 +7,6 @@ from dagster_project.defs.kg import knowledge_graph
 from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
-from pipelines.kg.store import read_kg
-from pipelines.layout import kg_dir
 from pipelines.qa import build as qa_build
 from pipelines.qa.checks import (
     GOLD_CHECKS,
@@ -20,7 +18,6 @@ from pipelines.qa.checks import (
     check_subgraph_sizes,
 )
 from pipelines.qa.expectations import QA_TABLE_CHECKS, validate_qa_table
-from pipelines.qa.paths import RelationGraph
 
 
 class QAPairsConfig(dg.Config):
@@ -53,7 +50,7 @@ def qa_pairs(context: dg.AssetExecutionContext, config: QAPairsConfig, omne: Omn
     result = qa_build.build_qa_pairs(domain, params, generator=config.generator or None, limit=config.limit or None,
                                      progress=False)
     pairs = qa_build.read_qa_pairs(domain, params)
-    graph = RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)))
+    graph = qa_build.relation_graph(domain, params)
     targets = result.manifest.params["targets"]
     meta = result.manifest.metadata
     return artifact_result(
@@ -82,7 +79,8 @@ def qa_dataset(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
     params = omne.params()
     result = qa_build.build_qa_dataset(params)
     table = qa_build.read_qa_dataset(params)
-    outcomes = validate_qa_table(table, params.qa.max_hops, strict_path=params.qa.strict_path)  # GE suite + leakage
+    outcomes = validate_qa_table(table, params.qa.max_hops, strict_path=params.qa.strict_path,  # GE suite + leakage
+                                 generic_words=qa_build.read_generic_words(params))
     stats = result.stats
     preview = table.select("id", "domain", "bucket", "split", "question", "answer").head(20).to_pandas()
     return artifact_result(

@@ -40,11 +40,13 @@ from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate
 from pipelines.qa.gold import gold_paths
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.paths import RelationGraph
+from pipelines.qa.phrases import PHRASES_FILE, read_lexicon
 from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
 
 log = logging.getLogger(__name__)
 
 PAIRS_FILE, ATTEMPTS_FILE, GOLD_FILE = "qa_pairs.jsonl", "attempts.jsonl", "gold_paths.jsonl"
+GENERIC_WORDS_FILE = "generic_words.json"  # words that give no entity away (the leak rules' exceptions)
 DATASET_FILE, STATS_FILE = "qa.parquet", "stats.json"
 
 
@@ -102,6 +104,25 @@ def read_seed_subgraphs(domain: str, params: Params) -> pl.DataFrame:
     return pl.read_parquet(path)
 
 
+def phrases_file(params: Params, domain: str) -> Path:
+    """The domain's relation phrases (kg_assets/<domain>/phrases.yaml, beside its registry entry's sources)."""
+    return params.registry_path.parent / domain / PHRASES_FILE
+
+
+def relation_graph(domain: str, params: Params) -> RelationGraph:
+    """A built domain's graph as QA synthesis reads it: with its phrases file, and per-edge phrasing where the
+    source's labels are not shared relation names (LightRAG graphs, text extraction)."""
+    registry = load_registry(params.registry_path)
+    shared = registry.get(domain).source.kind == "triples" if domain in registry.names else True
+    return RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)), read_lexicon(phrases_file(params, domain)),
+                         shared_labels=shared)
+
+
+def _phrases_inputs(params: Params, domain: str) -> dict[str, str]:
+    path = phrases_file(params, domain)
+    return sha256_files([path], params.root) if path.is_file() else {}
+
+
 def _client(params: Params, client: ChatClient | None) -> ChatClient:
     if client is not None:
         return client
@@ -117,12 +138,14 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
     generator = generator or qa.generator
     seeds_folder, folder = qa_dir(params.artifacts_dir, "seeds", domain), qa_dir(params.artifacts_dir, "pairs", domain)
     inputs = {**manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}"),
-              **manifest_inputs(seeds_folder, params.root, f"seed subgraphs of {domain!r} (run `omne qa seeds`)")}
+              **manifest_inputs(seeds_folder, params.root, f"seed subgraphs of {domain!r} (run `omne qa seeds`)"),
+              **_phrases_inputs(params, domain)}
     targets = {"1-2": qa.one_two_hop_per_domain, "3+": qa.three_plus_per_domain}
     if limit is not None:
         targets = {bucket: min(n, limit) for bucket, n in targets.items()}
     shaping: dict[str, Any] = {"generator": generator, "targets": targets,
-                               **qa.model_dump(include={"random_seed", "max_hops", "max_retries", "strict_path"})}
+                               **qa.model_dump(include={"random_seed", "max_hops", "max_retries", "strict_path",
+                                                         "max_question_words"})}
     if generator == "llm":
         shaping.update(qa.model_dump(include={"show_descriptions", "max_prompt_relations", "judge"}))
         shaping["llm"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",
@@ -130,7 +153,7 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
 
-    graph = RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)))
+    graph = relation_graph(domain, params)
     subgraphs = read_seeds(read_seed_subgraphs(domain, params))
     usage: dict[str, Any] = {}
     if generator == "llm":
@@ -143,16 +166,18 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
         model = "template"
     else:
         raise ValueError(f"unknown generator {generator!r}: use template or llm")
-    return _write_pairs(domain, folder, result, inputs, shaping, usage, model)
+    return _write_pairs(domain, folder, result, inputs, shaping, usage, model, graph.generic_words)
 
 
 def _write_pairs(domain: str, folder: Path, result: GenerationResult, inputs: dict[str, str],
-                 shaping: dict[str, Any], usage: dict[str, Any], model: str) -> BuildResult:
+                 shaping: dict[str, Any], usage: dict[str, Any], model: str, generic: frozenset[str]) -> BuildResult:
     with atomic_directory(folder) as tmp:
         rows = write_jsonl(tmp / PAIRS_FILE, result.pairs)
         write_jsonl(tmp / ATTEMPTS_FILE, result.attempts)
+        (tmp / GENERIC_WORDS_FILE).write_text(json.dumps(sorted(generic), ensure_ascii=False) + "\n", encoding="utf-8")
         manifest = new_manifest(
-            "qa_pairs", domain=domain, files=sha256_files([tmp / PAIRS_FILE, tmp / ATTEMPTS_FILE], tmp),
+            "qa_pairs", domain=domain,
+            files=sha256_files([tmp / PAIRS_FILE, tmp / ATTEMPTS_FILE, tmp / GENERIC_WORDS_FILE], tmp),
             inputs=inputs, params=shaping, rows={"pairs": rows, "seed_attempts": len(result.attempts)},
             metadata={"generator": model, "stats": result.stats(), "llm_usage": usage},
         )
@@ -176,7 +201,7 @@ def build_gold_paths(domain: str, params: Params, *, client: ChatClient | None =
         shaping["llm"] = params.llm.model_dump(include={"backend", "model", "max_tokens"})
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
-    graph = RelationGraph(read_kg(kg_dir(params.artifacts_dir, domain)))
+    graph = relation_graph(domain, params)
     pairs = read_qa_pairs(domain, params)
     chat = _client(params, client) if qa.gold_verify == "llm" else None
     golds = gold_paths(graph, pairs, qa, client=chat, llm=params.llm, progress=progress)
@@ -242,7 +267,9 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
             files.append(tmp / f"{split}.jsonl")
         write_jsonl(tmp / GOLD_FILE, golds)
         (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
-        files += [tmp / GOLD_FILE, tmp / STATS_FILE]
+        generic = {d: sorted(_pairs_generic_words(params, d)) for d in domains}
+        (tmp / GENERIC_WORDS_FILE).write_text(json.dumps(generic, ensure_ascii=False) + "\n", encoding="utf-8")
+        files += [tmp / GOLD_FILE, tmp / STATS_FILE, tmp / GENERIC_WORDS_FILE]
         manifest = new_manifest(
             "qa_dataset", files=sha256_files(files, tmp), inputs=inputs, params=shaping,
             rows={"pairs": len(kept), **{s: n for s, n in stats["splits"].items()}},
@@ -250,6 +277,19 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
         )
         write_manifest(tmp, manifest)
     return DatasetResult(domain=None, folder=folder, manifest=manifest, skipped=False, stats=stats)
+
+
+def _pairs_generic_words(params: Params, domain: str) -> frozenset[str]:
+    path = qa_dir(params.artifacts_dir, "pairs", domain) / GENERIC_WORDS_FILE
+    return frozenset(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else frozenset()
+
+
+def read_generic_words(params: Params) -> dict[str, frozenset[str]]:
+    """Each dataset domain's generic words (what the dataset's leak check excuses), as the QA build saved them."""
+    path = qa_dir(params.artifacts_dir, "dataset") / GENERIC_WORDS_FILE
+    if not path.is_file():
+        return {}
+    return {domain: frozenset(words) for domain, words in json.loads(path.read_text(encoding="utf-8")).items()}
 
 
 def read_qa_dataset(params: Params) -> pl.DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -18,6 +19,7 @@ import polars as pl
 from pipelines.kg.checks import CheckOutcome, CheckSpec
 from pipelines.qa.models import QAPair
 from pipelines.qa.names import leaked_names, mentions, normalise_text
+from pipelines.qa.validate import form_problems
 
 if TYPE_CHECKING:  # GE costs ~3 s to import: only the functions that validate load it
     from great_expectations import ExpectationSuite
@@ -55,7 +57,10 @@ _DERIVED_WHY = {
     "answer_on_path": "answer is on the path after the start",
     "start_is_first": "start_entity == path[0]",
     "start_named": "the question names the start entity",
-    "no_leaked_names": "the question names no path entity other than the start (the answer included)",
+    "no_leaked_names": "the question gives away no path entity other than the start (the answer included): "
+                       "not its name, nor a distinctive word of it (docs/qa.md, \"Leak rules\")",
+    "question_readable": "no clause nested in a clause, no word twice in a row, no preposition without an object, "
+                         "no keyword list",
     "answer_in_answers": "answer is one of answers",
 }
 
@@ -67,6 +72,7 @@ _DERIVED_FROM = {
     "start_is_first": ["start_entity", "path"],
     "start_named": ["start_entity", "question"],
     "no_leaked_names": ["question", "path", "answer"],
+    "question_readable": ["question", "path"],
     "answer_in_answers": ["answer", "answers"],
 }
 
@@ -95,7 +101,8 @@ def _norm(column: str) -> pl.Expr:
     return pl.col(column).map_elements(normalise_text, return_dtype=pl.String, skip_nulls=True)
 
 
-def qa_validation_frame(table: pl.DataFrame, *, strict_path: bool = True) -> pl.DataFrame:
+def qa_validation_frame(table: pl.DataFrame, *, strict_path: bool = True,
+                        generic_words: Mapping[str, frozenset[str]] | None = None) -> pl.DataFrame:
     """The columns the suite checks: scalar fields, normalised text and the derived boolean columns.
 
     List columns are reduced here (GE's pandas engine hashes unexpected values, which arrays are not).
@@ -108,8 +115,13 @@ def qa_validation_frame(table: pl.DataFrame, *, strict_path: bool = True) -> pl.
     )
     start_named = pl.struct("question", "start_entity").map_elements(
         lambda r: None if None in r.values() else mentions(r["question"], r["start_entity"]), return_dtype=pl.Boolean)
-    no_leak = pl.struct("question", "path", "answer").map_elements(
-        lambda r: None if None in r.values() else not leaked_names(r["question"], list(r["path"]), r["answer"]),
+    generic = generic_words or {}
+    no_leak = pl.struct("question", "path", "answer", "domain").map_elements(
+        lambda r: None if None in (r["question"], r["path"], r["answer"]) else not leaked_names(
+            r["question"], list(r["path"]), r["answer"], generic.get(r["domain"], frozenset())),
+        return_dtype=pl.Boolean)
+    readable = pl.struct("question", "path").map_elements(
+        lambda r: None if None in r.values() else not form_problems(r["question"], list(r["path"])),
         return_dtype=pl.Boolean)
     return table.select(
         "id", "domain", "question", "answer", "hops", "bucket", "split", "start_entity",
@@ -124,6 +136,7 @@ def qa_validation_frame(table: pl.DataFrame, *, strict_path: bool = True) -> pl.
         .alias("start_is_first"),
         _null_if(["question", "start_entity"], start_named).alias("start_named"),
         _null_if(["question", "path", "answer"], no_leak).alias("no_leaked_names"),
+        _null_if(["question", "path"], readable).alias("question_readable"),
         _null_if(["answer"], pl.col("answers").list.contains(pl.col("answer"))).alias("answer_in_answers"),
     )
 
@@ -156,7 +169,7 @@ def qa_expectation_suite(max_hops: int, *, strict_path: bool = True) -> Expectat
         value_set=SPLITS)
     answer_rule = "answer_is_last" if strict_path else "answer_on_path"
     for column in ["hops_match_bucket", "hops_match_path", answer_rule, "start_is_first", "start_named",
-                   "no_leaked_names", "answer_in_answers"]:
+                   "no_leaked_names", "question_readable", "answer_in_answers"]:
         add(gxe.ExpectColumnValuesToBeInSet, column, _DERIVED_WHY[column], column=column, value_set=[True])
     return suite
 
@@ -202,20 +215,23 @@ def _failure(result: Any) -> dict[str, Any]:
     return _plain(failure)
 
 
-def _explain(failure: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
+def _explain(failure: dict[str, Any], table: pl.DataFrame, generic: Mapping[str, frozenset[str]]) -> dict[str, Any]:
     """A derived column's examples are all False: show the fields it was derived from instead."""
     fields = _DERIVED_FROM.get(failure["check"])
     if not fields or not failure["examples"]:
         return failure
     ids = [e["id"] for e in failure["examples"]]
-    rows = {r["id"]: r for r in table.filter(pl.col("id").is_in(ids)).select("id", *fields).to_dicts()}
+    rows = {r["id"]: r for r in table.filter(pl.col("id").is_in(ids)).select("id", "domain", *fields).to_dicts()}
     for example in failure["examples"]:
         row = rows.get(example["id"])
         if row is None:
             continue
         example["value"] = _plain({f: row[f] for f in fields})
-        if failure["check"] == "no_leaked_names" and None not in row.values():
-            example["leaked"] = leaked_names(row["question"], row["path"], row["answer"])
+        if failure["check"] == "no_leaked_names" and None not in (row["question"], row["path"], row["answer"]):
+            example["leaked"] = leaked_names(row["question"], row["path"], row["answer"],
+                                             generic.get(row["domain"], frozenset()))
+        if failure["check"] == "question_readable" and None not in (row["question"], row["path"]):
+            example["problems"] = form_problems(row["question"], list(row["path"]))
     return failure
 
 
@@ -234,7 +250,8 @@ def _quiet_context() -> Any:
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
-def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path: bool = True) -> CheckOutcome:
+def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path: bool = True,
+                             generic_words: Mapping[str, frozenset[str]] | None = None) -> CheckOutcome:
     """Run the GE suite on ``table``; metadata lists every failed expectation with offending ids."""
     spec = QA_TABLE_CHECKS["qa_table_expectations"]
     missing = [c for c in _REQUIRED if c not in table.columns]
@@ -247,7 +264,7 @@ def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path:
 
     import great_expectations as gx
 
-    frame = qa_validation_frame(table, strict_path=strict_path).to_pandas()
+    frame = qa_validation_frame(table, strict_path=strict_path, generic_words=generic_words).to_pandas()
     context = _quiet_context()
     batch_definition = (context.data_sources.add_pandas("qa").add_dataframe_asset("qa_table")
                         .add_batch_definition_whole_dataframe("qa_table"))
@@ -259,7 +276,7 @@ def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path:
         result_format={"result_format": "SUMMARY", "unexpected_index_column_names": ["id"],
                        "partial_unexpected_count": EXAMPLES},
     )
-    failed = [_explain(_failure(r), table) for r in result.results if not r.success]
+    failed = [_explain(_failure(r), table, generic_words or {}) for r in result.results if not r.success]
     summary = "; ".join(
         f"{f['check']}: {f['unexpected_count']} unexpected, e.g. {', '.join(str(e['id']) for e in f['examples'])}"
         for f in failed)
@@ -294,6 +311,8 @@ def split_leakage(table: pl.DataFrame) -> CheckOutcome:
     })
 
 
-def validate_qa_table(table: pl.DataFrame, max_hops: int, *, strict_path: bool = True) -> list[CheckOutcome]:
+def validate_qa_table(table: pl.DataFrame, max_hops: int, *, strict_path: bool = True,
+                      generic_words: Mapping[str, frozenset[str]] | None = None) -> list[CheckOutcome]:
     """Every check of ``QA_TABLE_CHECKS`` on the QA table, in declaration order."""
-    return [check_table_expectations(table, max_hops, strict_path=strict_path), split_leakage(table)]
+    return [check_table_expectations(table, max_hops, strict_path=strict_path, generic_words=generic_words),
+            split_leakage(table)]

@@ -122,10 +122,10 @@ def generate_template_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph],
                 if steps is None:
                     tries.append(Attempt(feedback=f"no {hops}-hop path with a unique answer inside the subgraph"))
                     break
-                question = write_question(graph, sub.seed, steps)
+                question = write_question(graph, sub.seed, steps) or ""
                 path = [graph.names[n] for n in graph.path_nodes(sub.seed, steps)]
                 verdict = check_pair(graph, path, question, path[-1], sub.seed, bucket, strict=qa.strict_path,
-                                     max_hops=qa.max_hops)
+                                     max_hops=qa.max_hops, max_words=qa.max_question_words)
                 feedback = "; ".join(verdict.feedback)
                 if verdict.valid and not dedupe.add(question, path[-1]):
                     verdict.question_valid, feedback = False, "duplicate of an accepted question"
@@ -225,7 +225,7 @@ def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: 
             path = [str(x) for x in result.value["path"]]
             question, answer = str(result.value["question"]).strip(), str(result.value["answer"]).strip()
             verdict = check_pair(graph, path, question, answer, task.sub.seed, task.bucket, strict=qa.strict_path,
-                                 max_hops=qa.max_hops)
+                                 max_hops=qa.max_hops, max_words=qa.max_question_words)
             attempt = Attempt(path=path, question=question, answer=answer, path_valid=verdict.path_valid,
                               feedback="; ".join(verdict.feedback))
             task.attempts.append(attempt)

@@ -9,12 +9,15 @@ it for meaning: a step is a relation plus the direction it is walked in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy.sparse import csgraph
 
 from pipelines.kg.model import KnowledgeGraph, normalise_key
 from pipelines.qa.models import PathEdge
+from pipelines.qa.names import generic_words, usable_name
+from pipelines.qa.phrases import Phrasebook, PhraseLexicon
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,14 @@ class Step:
 class RelationGraph:
     """Incident relations of every entity, for walks, chain following and path enumeration."""
 
-    def __init__(self, kg: KnowledgeGraph) -> None:
+    def __init__(self, kg: KnowledgeGraph, lexicon: PhraseLexicon | None = None, *,
+                 shared_labels: bool = True) -> None:
+        """``lexicon``: the domain's phrases file (pipelines/qa/phrases.py); ``shared_labels``: whether the
+        relation labels name relations shared by many edges (a triples source) rather than per-edge keyword
+        lists (LightRAG graphs, text extraction), which are phrased from each edge's own sentence."""
         self.kg = kg
+        self.lexicon = lexicon or PhraseLexicon()
+        self.shared_labels = shared_labels
         self.names: list[str] = kg.entities["name"].to_list()
         self.types: list[str] = kg.entities["type"].to_list()
         self.descriptions: list[str] = kg.entities["description"].to_list()
@@ -37,6 +46,7 @@ class RelationGraph:
         self.keywords: list[str] = kg.relations["keywords"].to_list()
         self.rel_descriptions: list[str] = kg.relations["description"].to_list()
         self.adjacency = kg.adjacency()
+        self.usable = [usable_name(name) for name in self.names]  # may be named in a question
         n = kg.num_entities
         # incident[v] = [(relation, other end, forward)], in relation order (deterministic walks)
         self.incident: list[list[tuple[int, int, bool]]] = [[] for _ in range(n)]
@@ -45,6 +55,20 @@ class RelationGraph:
                 continue
             self.incident[s].append((rel, d, True))
             self.incident[d].append((rel, s, False))
+
+    @cached_property
+    def phrasebook(self) -> Phrasebook:
+        """How questions say each relation: the lexicon's phrases, else the rules'."""
+        return Phrasebook(self.names, self.types, self.src.tolist(), self.dst.tolist(), self.keywords,
+                          self.rel_descriptions, self.lexicon, shared_labels=self.shared_labels)
+
+    @cached_property
+    def generic_words(self) -> frozenset[str]:
+        """Words that never give an entity away in this graph (the leak rules' exceptions)."""
+        return generic_words(self.names, self.phrasebook.words())
+
+    def phraseable(self, relation: int) -> bool:
+        return self.phrasebook.relation(relation) is not None
 
     def entity_id(self, name: str) -> int | None:
         return self.key_to_id.get(normalise_key(name))
@@ -85,11 +109,15 @@ class RelationGraph:
 
     def random_walk(self, start: int, hops: int, rng: np.random.Generator,
                     allowed: set[int] | None = None) -> list[Step] | None:
-        """A simple path of exactly ``hops`` steps from ``start`` inside ``allowed`` (None: anywhere)."""
+        """A simple path of exactly ``hops`` steps from ``start`` inside ``allowed`` (None: anywhere), through
+        entities a question can name and relations it can phrase only."""
+        if not self.usable[start]:
+            return None
         visited, node, steps = {start}, start, []
         for _ in range(hops):
             options = [(rel, other, fwd) for rel, other, fwd in self.incident[node]
-                       if other not in visited and (allowed is None or other in allowed)]
+                       if other not in visited and (allowed is None or other in allowed) and self.usable[other]
+                       and self.phraseable(rel)]
             if not options:
                 return None
             rel, other, fwd = options[int(rng.integers(len(options)))]

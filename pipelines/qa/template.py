@@ -1,26 +1,27 @@
 """The offline question generator: deterministic questions along a sampled KG path, no LLM needed.
 
-A question is written from the relations' own descriptions (each a sentence naming both ends, as
-the KG sources give them), with the answer turned into "which <type>" and every bridge entity
-into a relative clause built from the previous relation: "Abu Dhabi is the capital of United Arab
-Emirates." + "United Arab Emirates uses the UAE Dirham." becomes "Which currency does ... " style
-text such as "The country that Abu Dhabi is the capital of uses which currency?". A relation whose
-description does not name both ends falls back to "<head> <keywords> <tail>". The answer must be
-the only entity the relation chain reaches from the start, so every question has one answer.
+Each hop is said with its relation's phrases (pipelines/qa/phrases.py: the domain's editable phrases file,
+else the rules), in forms a person reads once (docs/qa.md, "How template questions read"): a direct
+question for one hop, one noun phrase for the bridge of two ("Which currency does the country whose capital
+is Lima use?"), and two or three short sentences for three or more ("Roscommon is a state/province of a
+country, which is in a subregion. Which region is that subregion part of?"). The start is named once, no
+other path entity is named, and the answer must be the only entity the relation chain reaches from the
+start, so every question has one answer.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 
 from pipelines.qa.names import _name_pattern, mentions
 from pipelines.qa.paths import RelationGraph, Step
+from pipelines.qa.phrases import ARTICLES, PREPOSITIONS, RelationPhrases, label_statement
 
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
-_ARTICLE = re.compile(r"(?i)(?:^|(?<=\s))(?:the|a|an)\s+$")
 
 
 def relation_sentence(graph: RelationGraph, relation: int) -> str:
@@ -31,77 +32,147 @@ def relation_sentence(graph: RelationGraph, relation: int) -> str:
         if line and mentions(line, head) and mentions(line, tail) and len(_name_pattern(tail).findall(line)) == 1 \
                 and len(_name_pattern(head).findall(line)) == 1:
             return _TRAILING.sub("", line)
+    phrases = graph.phrasebook.relation(relation)
+    if phrases is not None:
+        return _fill(phrases.statement, head=head, tail=tail)
     return keyword_sentence(head, graph.keywords[relation], tail)
 
 
-_PREPOSITIONS = {"of", "in", "to", "by", "with", "for", "from", "on", "at", "into", "as"}
-
-
 def keyword_sentence(head: str, keywords: str, tail: str) -> str:
-    """A plain sentence from a relation label: 'is <label> <tail>' for 'capital of'/'in block',
-    '<label> <tail>' for a verb ('excludes', 'borders'), else 'has a "<label>" relation to'."""
-    label = _SPACES.sub(" ", keywords.replace("_", " ")).strip()
-    words = label.lower().split()
-    if not words:
-        return f"{head} is related to {tail}"
-    if words[-1] in _PREPOSITIONS or words[0] in _PREPOSITIONS:
-        return f"{head} is {label} {tail}"
-    if len(words) == 1 and words[0].endswith("s") and not words[0].endswith("ss"):
-        return f"{head} {label} {tail}"
-    article = "an" if label[0].lower() in "aeiou" else "a"
-    return f'{head} has {article} "{label}" relation to {tail}'
+    """A plain sentence from a relation label alone ("A is in block B", "A excludes B")."""
+    return _fill(label_statement(keywords), head=head, tail=tail)
 
 
-def _entity_noun(graph: RelationGraph, node: int) -> str:
-    kind = graph.types[node].strip().replace("_", " ").lower()
-    return kind or "entity"
+def _fill(template: str, **values: str) -> str:
+    """``template`` with {head}/{tail}/{type} replaced (not str.format: names may hold braces)."""
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return template
 
 
-def _replace(sentence: str, name: str, text: str, protect: str = "") -> str:
-    """Replace the first whole mention of ``name`` that is not inside a mention of ``protect``
-    (so masking "Cayman Islands" leaves "Western (subdivision of Cayman Islands)" intact)."""
-    guarded = [m.span() for m in _name_pattern(protect).finditer(sentence)] if protect.strip() else []
-    for match in _name_pattern(name).finditer(sentence):
-        if not any(a <= match.start() and match.end() <= b for a, b in guarded):
-            before = sentence[:match.start()]
-            if text.startswith(("which ", "the ")):  # "uses the X" -> "uses which currency", not "the which"
-                before = _ARTICLE.sub("", before)
-            return before + text + sentence[match.end():]
-    return sentence
+def _sentence(text: str) -> str:
+    text = _SPACES.sub(" ", text).strip()
+    return text[:1].upper() + text[1:]
 
 
-def _relative_clause(sentence: str, name: str, noun: str, protect: str) -> str:
-    """'X is the capital of B' about B -> 'the country that X is the capital of'."""
-    rest = _SPACES.sub(" ", _replace(sentence, name, " ", protect)).strip()
-    return f"the {noun} that {rest}"
+_ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
 
-def write_question(graph: RelationGraph, start: int, steps: list[Step]) -> str:
-    """The question of a path: bridges become nested relative clauses, the answer 'which <type>'."""
+class _Bridges:
+    """How the bridges of a 3+-hop question are introduced and referred to: "a country" / "that country";
+    when two bridges share a noun, "an isotope", "a second isotope" / "the first isotope", "the second isotope"."""
+
+    def __init__(self, nouns: list[str]) -> None:
+        self.nouns = nouns  # by node index along the path
+        self.total = Counter(nouns[1:-1])
+        self.order: dict[int, int] = {}
+
+    def introduce(self, node: int) -> str:
+        noun = self.nouns[node]
+        index = self.order.setdefault(node, sum(self.nouns[n] == noun for n in self.order))
+        if index == 0:
+            return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+        return f"a {_ORDINALS[min(index, len(_ORDINALS) - 1)]} {noun}"
+
+    def refer(self, node: int) -> str:
+        noun = self.nouns[node]
+        if self.total[noun] <= 1:
+            return f"that {noun}"
+        return f"the {_ORDINALS[min(self.order.get(node, 0), len(_ORDINALS) - 1)]} {noun}"
+
+
+def _state(phrases: RelationPhrases, forward: bool, here: str, there: str) -> str:
+    head, tail = (here, there) if forward else (there, here)
+    return _fill(phrases.statement, head=head, tail=tail)
+
+
+def _ask(phrases: RelationPhrases, forward: bool, here: str, noun: str) -> str | None:
+    """The question for the far end of a hop whose near end reads ``here``."""
+    form = phrases.ask_tail if forward else phrases.ask_head
+    return None if form is None else _fill(form, **{"head" if forward else "tail": here, "type": noun})
+
+
+def _describe(phrases: RelationPhrases, forward: bool, here: str, noun: str) -> str | None:
+    """A noun phrase for the far end of a hop: "the country whose capital is Lima"."""
+    form = phrases.tail_noun if forward else phrases.head_noun
+    return None if form is None else _fill(form, **{"head" if forward else "tail": here, "type": noun})
+
+
+def _relative(phrases: RelationPhrases, forward: bool, there: str) -> str | None:
+    """A non-restrictive clause about the entity just introduced (this hop's near end), taking the walk on:
+    "which is in a subregion" (it is the statement's subject), "to which a second isotope decays" (its last
+    word); None when the statement names it elsewhere."""
+    statement = phrases.statement
+    near, far = ("{head}", "{tail}") if forward else ("{tail}", "{head}")
+    if statement.startswith(near + " "):
+        return "which " + statement[len(near) + 1:].replace(far, there)
+    if not statement.endswith(" " + near):
+        return None
+    words = statement[:-len(near) - 1].split()
+    if words and words[-1].lower() in ARTICLES:
+        words = words[:-1]
+    if len(words) > 1 and words[-1].lower() in PREPOSITIONS:
+        return f"{words[-1]} which " + " ".join(words[:-1]).replace(far, there)
+    return "which " + " ".join(words).replace(far, there)
+
+
+def write_question(graph: RelationGraph, start: int, steps: list[Step]) -> str | None:
+    """The question of a path, in the forms of docs/qa.md: one hop asks directly ("Which currency does
+    Peru use?"); two hops describe the bridge in one noun phrase ("Which currency does the country whose
+    capital is Lima use?"); three or more are two or three short sentences that name the start once,
+    introduce each bridge ("..., which is in a subregion. That subregion ...") and ask one question at the
+    end. None when a hop has no phrase that form needs."""
+    book = graph.phrasebook
     nodes = graph.path_nodes(start, steps)
-    described = graph.names[start]  # how the current node is referred to in the question
-    for i, step in enumerate(steps):
-        here, there = nodes[i], nodes[i + 1]
-        sentence = relation_sentence(graph, step.relation)
-        if i > 0:
-            sentence = _replace(sentence, graph.names[here], described, graph.names[there])
-        if i < len(steps) - 1:
-            described = _relative_clause(sentence, graph.names[there], _entity_noun(graph, there),
-                                         described if i > 0 else graph.names[here])
-            continue
-        asked = f"which {_entity_noun(graph, there)}"
-        question = _replace(sentence, graph.names[there], asked, described if i > 0 else graph.names[here])
-        question = question[0].upper() + question[1:]
-        return _SPACES.sub(" ", question).strip() + "?"
-    return ""
+    hops = [book.relation(step.relation) for step in steps]
+    if not steps or any(h is None for h in hops):
+        return None
+    phrases: list[RelationPhrases] = hops  # type: ignore[assignment]
+    nouns = [book.noun(n) for n in nodes]
+    forward = [step.forward for step in steps]
+    start_name, k = graph.names[start], len(steps)
+    if k == 1:
+        question = _ask(phrases[0], forward[0], start_name, nouns[1])
+    elif k == 2 and (bridge := _describe(phrases[0], forward[0], start_name, nouns[1])) is not None:
+        question = _ask(phrases[1], forward[1], bridge, nouns[2])
+    else:
+        question = _bridge_sentences(phrases, forward, start_name, nouns)
+    if question is None:
+        return None
+    question = _sentence(question)
+    return question if question.endswith("?") else question.rstrip(".") + "?"
+
+
+def _bridge_sentences(phrases: list[RelationPhrases], forward: list[bool], start_name: str,
+                      nouns: list[str]) -> str | None:
+    """Two or three short sentences: the first hop states how the start relates to the first bridge (and,
+    when that bridge ends the sentence, a clause takes the second hop), one sentence per further bridge,
+    and the question of the last hop."""
+    k, bridges = len(phrases), _Bridges(nouns)
+    first = _state(phrases[0], forward[0], start_name, bridges.introduce(1))
+    sentences, middle = [first], 1
+    if k > 2 and first.endswith(bridges.introduce(1)):
+        clause = _relative(phrases[1], forward[1], bridges.introduce(2))
+        if clause is not None:
+            sentences, middle = [f"{first}, {clause}"], 2
+    for i in range(middle, k - 1):
+        sentences.append(_state(phrases[i], forward[i], bridges.refer(i), bridges.introduce(i + 1)))
+    final = _ask(phrases[-1], forward[-1], bridges.refer(k - 1), nouns[-1])
+    if final is None:
+        return None
+    return " ".join([*(_sentence(s) + "." for s in sentences), _sentence(final)])
 
 
 def remaining_questions(graph: RelationGraph, start: int, steps: list[Step]) -> list[str]:
     """What is left to ask after each hop but the last: the question this writer gives the rest of the path
-    from the entity reached. "The country that Abu Dhabi is the capital of uses which currency?" leaves
-    "United Arab Emirates uses which currency?" after one hop: a nested question read one clause at a time."""
+    from the entity reached ("Which currency does the country whose capital is Lima use?" leaves "Which
+    currency does Peru use?" after one hop), or the next relation's sentence where no question can be written."""
     nodes = graph.path_nodes(start, steps)
-    return [write_question(graph, nodes[k], steps[k:]) for k in range(1, len(steps))]
+    left = []
+    for k in range(1, len(steps)):
+        question = write_question(graph, nodes[k], steps[k:])
+        left.append(question if question is not None else relation_sentence(graph, steps[k].relation) + ".")
+    return left
 
 
 def sample_template_path(graph: RelationGraph, seed: int, hops: int, allowed: set[int],
@@ -111,7 +182,7 @@ def sample_template_path(graph: RelationGraph, seed: int, hops: int, allowed: se
         steps = graph.random_walk(seed, hops, rng, allowed)
         if steps is None:
             continue
-        answer = graph.path_nodes(seed, steps)[-1]
-        if graph.follow(seed, graph.chain(steps), cap=1) == {answer}:
+        nodes = graph.path_nodes(seed, steps)
+        if graph.follow(seed, graph.chain(steps), cap=1) == {nodes[-1]}:
             return steps
     return None

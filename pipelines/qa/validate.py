@@ -8,10 +8,12 @@ as feedback text, which is what the retry prompt shows the generator.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel
 
 from pipelines.qa.models import Bucket
-from pipelines.qa.names import leaked_names, mentions
+from pipelines.qa.names import _name_pattern, leaked_names, mentions
 from pipelines.qa.paths import RelationGraph, Step
 
 HOP_RANGES: dict[str, tuple[int, int]] = {"1-2": (1, 2), "3+": (3, 10_000)}
@@ -73,24 +75,76 @@ def check_path(graph: RelationGraph, path: list[str], answer: str, seed: int, bu
     return node_ids, problems
 
 
-def check_question(question: str, path: list[str], answer: str) -> list[str]:
+_MARKERS = {"that", "which", "whose", "whom", "who"}
+_PREPOSITIONS = {"of", "in", "to", "by", "with", "for", "from", "on", "at", "into", "about", "under", "through"}
+_CLAUSES = re.compile(r"[.?!;,:]")
+_DOUBLED = re.compile(r"\b(\w+)\s+\1\b", re.IGNORECASE)
+_KEYWORD_LIST = re.compile(r"\b\w+,\w+\b")
+_PREPOSITION = r"(?:of|in|to|by|with|for|from|on|at|into|about)"
+_DANGLING = re.compile(rf"\b{_PREPOSITION}\s+(?:{_PREPOSITION}\b|[,.;:!])", re.IGNORECASE)
+
+
+def _masked(question: str, names: list[str]) -> str:
+    """The question with every path entity's name replaced by "X" (names may hold any words)."""
+    for name in sorted({n for n in names if n.strip()}, key=len, reverse=True):
+        question = _name_pattern(name).sub("X", question)
+    return question
+
+
+def relative_depth(question: str, names: list[str]) -> int:
+    """Relative-clause markers (that, which, whose, who, whom) in the question's busiest clause, names masked:
+    0 or 1 reads at once, 2 is a clause inside a clause. A clause's first word ("Which", ", which is ...") and
+    a fronted "in which"/"on which" do not count."""
+    depth = 0
+    for clause in _CLAUSES.split(_masked(question, names)):
+        words = clause.lower().split()
+        markers = [i for i, w in enumerate(words) if w in _MARKERS and i > 0
+                   and not (i == 1 and words[0] in _PREPOSITIONS)]
+        depth = max(depth, len(markers))
+    return depth
+
+
+def form_problems(question: str, names: list[str], max_words: int | None = None) -> list[str]:
+    """What makes a question hard to read, whoever wrote it: too many words, a clause inside a clause,
+    a word twice in a row, a preposition with nothing after it, a keyword list pasted in."""
+    problems = []
+    words = len(question.split())
+    if max_words is not None and words > max_words:
+        problems.append(f"the question has {words} words; at most {max_words} (qa.max_question_words)")
+    masked = _masked(question, names)
+    if relative_depth(question, names) > 1:
+        problems.append("the question nests a relative clause inside another; split it into short sentences")
+    if doubled := _DOUBLED.search(masked):
+        problems.append(f"the question repeats a word: {doubled.group(0)!r}")
+    if dangling := _DANGLING.search(masked):
+        problems.append(f"a preposition has no object: {dangling.group(0)!r}")
+    if listed := _KEYWORD_LIST.search(masked):
+        problems.append(f"the question holds a keyword list: {listed.group(0)!r}")
+    return problems
+
+
+def check_question(question: str, path: list[str], answer: str, generic: frozenset[str] = frozenset(),
+                   max_words: int | None = None) -> list[str]:
+    """Problems of a question's text (empty when it is fine): the start named, nothing else of the path
+    given away (names.leaked_names, with the domain's ``generic`` words), one question, readable forms."""
     problems: list[str] = []
     if not question.strip():
         return ["the question is empty"]
     if path and not mentions(question, path[0]):
         problems.append(f"the question must name the start entity {path[0]!r}")
-    leaked = leaked_names(question, path, answer)
+    leaked = leaked_names(question, path, answer, generic)
     if leaked:
-        problems.append(f"the question names other path entities: {', '.join(repr(n) for n in leaked)}")
+        problems.append(f"the question gives away other path entities: {', '.join(repr(n) for n in leaked)}")
     if question.count("?") > 1:
         problems.append("write one comprehensive question, not several sub-questions")
-    return problems
+    return problems + form_problems(question, [*path, answer], max_words)
 
 
 def check_pair(graph: RelationGraph, path: list[str], question: str, answer: str, seed: int, bucket: Bucket, *,
-               strict: bool, max_hops: int, relations: list[str] | None = None) -> RuleVerdict:
+               strict: bool, max_hops: int, relations: list[str] | None = None,
+               max_words: int | None = None) -> RuleVerdict:
     node_ids, path_problems = check_path(graph, path, answer, seed, bucket, strict=strict, max_hops=max_hops)
-    question_problems = check_question(question, path, answer)
+    question_problems = check_question(question, path, answer, graph.generic_words, max_words)
     steps = resolve_steps(graph, node_ids, relations) if not path_problems else None
     return RuleVerdict(path_valid=not path_problems and steps is not None,
                        question_valid=not question_problems,

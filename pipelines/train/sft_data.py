@@ -264,10 +264,9 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
     from pipelines.eval.runner import load_gold_paths, load_split
-    from pipelines.kg.store import read_kg
     from pipelines.layout import kg_dir, qa_dir
     from pipelines.manifest import BuildResult, manifest_inputs, new_manifest, sha256_files, up_to_date, write_manifest
-    from pipelines.qa.build import write_jsonl
+    from pipelines.qa.build import relation_graph, write_jsonl
 
     settings = params.sft_data
     folder = sft_conversations_dir(params.artifacts_dir)
@@ -294,8 +293,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     toolbox = KGToolbox(params, domains)
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
-    graphs = ({d: RelationGraph(read_kg(kg_dir(params.artifacts_dir, d))) for d in domains}
-              if settings.thinking == "remaining_question" else {})
+    graphs = ({d: relation_graph(d, params) for d in domains} if settings.thinking == "remaining_question" else {})
     records: list[SFTConversation] = []
     skipped = 0
     if "template" in settings.sources:

@@ -1,0 +1,362 @@
+"""Relation phrases: how a question says each hop, written once per domain in an editable file.
+
+A question walks a path one relation at a time, and every form the writer uses (docs/qa.md, "How
+template questions read") needs up to five phrasings of a relation, with ``{head}``/``{tail}`` for its
+two ends and ``{type}`` for the noun of the entity asked for or described:
+
+    statement  "{head} is the capital of {tail}"          a plain sentence, both ends noun phrases
+    ask_tail   "Which {type} is {head} the capital of?"   asks for the tail, the head named
+    ask_head   "Which {type} is the capital of {tail}?"   asks for the head
+    tail_noun  "the {type} whose capital is {head}"       the tail described through the head
+    head_noun  "the capital of {tail}"                    the head described through the tail
+
+``kg_assets/<domain>/phrases.yaml`` holds them per relation label (``omne qa phrases`` drafts it by the
+rules below, a user fixes a phrase there once). A label the file does not list is phrased by the
+same rules at build time: the statement from the relations' own description sentences when most of
+them say it the same way, else from the label ("in block" -> "{head} is in block {tail}"); the other
+forms from the statement. Graphs whose labels are not shared relation names (LightRAG's keyword
+lists, LLM-extracted text) are phrased per edge instead: the edge's own description sentence that
+names both ends, never its keywords; an edge without such a sentence makes no question.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from pipelines.qa.names import STOPWORDS, find_name
+
+PHRASES_FILE = "phrases.yaml"
+BE = {"is", "are", "was", "were"}
+MODALS = {"can", "could", "may", "might", "must", "shall", "should", "will", "would"}
+ARTICLES = {"the", "a", "an"}
+PREPOSITIONS = {"of", "in", "to", "by", "with", "for", "from", "on", "at", "into", "as", "about", "through",
+                "within", "under", "over", "between", "among", "via", "toward", "towards", "onto", "upon"}
+MAX_EDGE_SENTENCE_WORDS = 18  # a per-edge sentence longer than this makes 3+-hop questions unreadable
+MIN_SHARED_PATTERN = 0.3  # share of a label's description sentences that must say it the same way
+_SENTENCE_SPLIT = re.compile(r"<SEP>|\n|(?<=[.!?;])\s+(?=[A-Z\"'(])")
+_SPACES = re.compile(r"\s+")
+_TRAILING = re.compile(r"[\s.;:,!]+$")
+_FIELDS = re.compile(r"\{(\w+)\}")
+
+
+class RelationPhrases(BaseModel):
+    """The phrasings of one relation (see the module's docstring); a missing form is not used."""
+
+    model_config = ConfigDict(extra="forbid")
+    statement: str
+    ask_tail: str | None = None
+    ask_head: str | None = None
+    tail_noun: str | None = None
+    head_noun: str | None = None
+
+    @field_validator("statement")
+    @classmethod
+    def _both_ends(cls, value: str) -> str:
+        if value.count("{head}") != 1 or value.count("{tail}") != 1:
+            raise ValueError(f"{value!r}: a statement names {{head}} and {{tail}} once each")
+        return value
+
+    @model_validator(mode="after")
+    def _fields(self) -> RelationPhrases:
+        named = {"ask_tail": "head", "ask_head": "tail", "tail_noun": "head", "head_noun": "tail"}
+        for name, end in named.items():
+            text = getattr(self, name)
+            if text is None:
+                continue
+            if not set(_FIELDS.findall(text)) <= {end, "type"} or text.count(f"{{{end}}}") != 1:
+                raise ValueError(f"{name} {text!r}: names {{{end}}} once (and may use {{type}}), no other field")
+            if name.startswith("ask") and not text.rstrip().endswith("?"):
+                raise ValueError(f"{name} {text!r}: a question ends with '?'")
+        return self
+
+
+class PhraseLexicon(BaseModel):
+    """A domain's phrases file: type nouns and relation phrases by label."""
+
+    model_config = ConfigDict(extra="forbid")
+    types: dict[str, str] = {}
+    relations: dict[str, RelationPhrases] = {}
+
+
+def read_lexicon(path: Path) -> PhraseLexicon:
+    """The phrases file at ``path`` (empty when there is none); a broken file is an error naming it."""
+    from pipelines.errors import ConfigError
+
+    if not path.is_file():
+        return PhraseLexicon()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return PhraseLexicon.model_validate(raw)
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a valid phrases file: {exc}") from None
+
+
+_HEADER = """\
+# Relation phrases of the {domain!r} knowledge graph: how the offline question writer says each relation.
+# Drafted by `omne qa phrases --domain {domain}` from the relation labels and descriptions; edit freely: the
+# QA pairs are rebuilt when this file changes. {{head}}/{{tail}}: the relation's two ends; {{type}}: the noun
+# of the entity asked for or described (the entity's type, renamed under `types:`). Forms:
+#   statement  a sentence naming both ends          ask_tail  a question for the tail, the head named
+#   ask_head   a question for the head              tail_noun the tail described through the head
+#   head_noun  the head described through the tail  (a form left out is not used)
+"""
+
+
+def write_lexicon(path: Path, lexicon: PhraseLexicon, domain: str) -> None:
+    data = lexicon.model_dump(exclude_none=True)
+    text = _HEADER.format(domain=domain) + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------------------- rules
+
+
+def base_verb(word: str) -> str | None:
+    """The plain form of a third-person present verb ("decays" -> "decay"); None if ``word`` is not one."""
+    w = word.lower()
+    irregular = {"has": "have", "does": "do", "goes": "go"}
+    if w in irregular:
+        return irregular[w]
+    if not w.isalpha() or len(w) < 4 or not w.endswith("s") or w.endswith(("ss", "us", "is")):
+        return None
+    if w.endswith("ies"):
+        return w[:-3] + "y"
+    if w.endswith(("sses", "shes", "ches", "xes", "zes", "oes")):
+        return w[:-2]
+    return w[:-1]
+
+
+def _clean(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+def _drop_article(words: list[str]) -> list[str]:
+    return words[:-1] if words and words[-1].lower() in ARTICLES else words
+
+
+def _swap(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text.replace("{head}", "\x00").replace("{tail}", "{head}").replace("\x00", "{tail}")
+
+
+def derive_forms(statement: str) -> RelationPhrases:
+    """Every form of a relation from its statement, by the rules of docs/qa.md. A statement that names the
+    tail first ("{tail} is a language of {head}") gives the mirrored forms."""
+    if statement.startswith("{tail} "):
+        mirrored = _derive_head_first(_swap(statement) or statement)
+        return RelationPhrases(statement=statement, ask_tail=_swap(mirrored.get("ask_head")),
+                               ask_head=_swap(mirrored.get("ask_tail")), tail_noun=_swap(mirrored.get("head_noun")),
+                               head_noun=_swap(mirrored.get("tail_noun")))
+    return RelationPhrases.model_validate(_derive_head_first(statement))
+
+
+def _derive_head_first(statement: str) -> dict[str, str | None]:
+    forms: dict[str, str | None] = {"statement": statement}
+    head_first = statement.startswith("{head} ")
+    tail_last = statement.endswith("{tail}")
+    if head_first:
+        rest = statement[len("{head} "):]
+        forms["ask_head"] = "Which {type} " + rest + "?"
+        forms["head_noun"] = "the {type} that " + rest
+    if head_first and tail_last:
+        words = _drop_article(statement[len("{head} "):-len("{tail}")].split())
+        if words:
+            first, rest = words[0], words[1:]
+            if first.lower() in BE | MODALS:
+                forms["ask_tail"] = _clean(f"Which {{type}} {first} {{head}} {' '.join(rest)}") + "?"
+            elif (base := base_verb(first)) is not None:
+                forms["ask_tail"] = _clean(f"Which {{type}} does {{head}} {base} {' '.join(rest)}") + "?"
+            if rest and rest[-1].lower() in PREPOSITIONS:
+                body = [first, *rest[:-1]]
+                if rest[-1].lower() == "in" and len(body) == 1 and first.lower() in BE:
+                    forms["tail_noun"] = "the {type} of {head}"  # "is in {tail}" -> "the block of Actinium"
+                else:
+                    forms["tail_noun"] = _clean(f"the {{type}} {rest[-1]} which {{head}} {' '.join(body)}")
+            elif first.lower() not in BE:
+                forms["tail_noun"] = _clean(f"the {{type}} that {{head}} {' '.join(words)}")
+    if "ask_tail" not in forms and "{tail}" in statement:
+        forms["ask_tail"] = _capitalise(_in_situ(statement, "{tail}", "{head}")) + "?"
+    if "ask_head" not in forms and "{head}" in statement:
+        forms["ask_head"] = _capitalise(_in_situ(statement, "{head}", "{tail}")) + "?"
+    return forms
+
+
+def _in_situ(statement: str, asked: str, named: str) -> str:
+    """The statement with the asked end replaced by "which {type}" (an article before it dropped)."""
+    before, after = statement.split(asked, 1)
+    words = before.split()
+    if words and words[-1].lower() in ARTICLES:
+        before = " ".join(words[:-1]) + (" " if len(words) > 1 else "")
+    return _clean(before + "which {type}" + after)
+
+
+def _capitalise(text: str) -> str:
+    return text[:1].upper() + text[1:] if text and not text.startswith("{") else text
+
+
+def label_statement(label: str) -> str:
+    """A statement from a relation label alone: "in block" -> "{head} is in block {tail}", "excludes" ->
+    "{head} excludes {tail}", "capital of" -> "{head} is capital of {tail}", a noun -> "{head} has {label} {tail}"."""
+    text = _clean(label.replace("_", " "))
+    words = text.lower().split()
+    if not words:
+        return "{head} is related to {tail}"
+    if words[0] in BE | MODALS or base_verb(words[0]) is not None or words[0].endswith("ed"):
+        return f"{{head}} {text} {{tail}}"
+    if words[-1] in PREPOSITIONS or words[0] in PREPOSITIONS:
+        return _cut_after_far_end(f"{{head}} is {text} {{tail}}")
+    return f"{{head}} has the {text} {{tail}}"
+
+
+def sentence_statement(sentence: str, head: str, tail: str) -> str | None:
+    """``sentence`` with its two ends as {head}/{tail} when it names each exactly once, else None."""
+    sentence = _TRAILING.sub("", sentence.strip())
+    head_at, tail_at = find_name(sentence, head), find_name(sentence, tail)
+    if head_at is None or tail_at is None or len(head_at) != 1 or len(tail_at) != 1:
+        return None
+    (hs, he), (ts, te) = head_at[0], tail_at[0]
+    if hs < te and ts < he:  # overlapping mentions ("Iron" inside "Iron ore")
+        return None
+    spans = sorted([(hs, he, "{head}"), (ts, te, "{tail}")])
+    out, last = [], 0
+    for start, end, field in spans:
+        out.append(sentence[last:start])
+        out.append(field)
+        last = end
+    out.append(sentence[last:])
+    text = _clean("".join(out)).replace("{", "\x00").replace("}", "\x01")
+    text = text.replace("\x00head\x01", "{head}").replace("\x00tail\x01", "{tail}")
+    if "\x00" in text or "\x01" in text:  # braces in the source text would break formatting
+        return None
+    return text
+
+
+def _cut_after_far_end(statement: str) -> str:
+    """A description's qualifiers after the second end ("in 1899", "by alpha decay (intensity 100%)") left
+    out, and an article or an appositive noun right before it dropped ("is in the subregion {tail}" -> "is
+    in {tail}"): the statement keeps only what relates the two ends, and takes any noun phrase there."""
+    first = "{head}" if statement.startswith("{head} ") else "{tail}" if statement.startswith("{tail} ") else None
+    if first is None:
+        return statement
+    second = "{tail}" if first == "{head}" else "{head}"
+    if second not in statement:
+        return statement
+    words = _drop_article(statement.split(second, 1)[0].split())
+    if len(words) > 2 and words[-2].lower() in ARTICLES | PREPOSITIONS and words[-1].lower() not in \
+            PREPOSITIONS | BE and base_verb(words[-1]) is None and words[-1].isalpha():
+        words = _drop_article(words[:-1])
+    return _clean(" ".join(words) + " " + second)
+
+
+def shared_statement(label: str, sentences: Iterable[tuple[str, str, str]]) -> str:
+    """The statement of a relation label: the pattern most of its description sentences share (each
+    (sentence, head, tail)), qualifiers after the tail cut; else the label's own statement."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for sentence, head, tail in sentences:
+        total += 1
+        for line in _SENTENCE_SPLIT.split(sentence):
+            pattern = sentence_statement(line, head, tail)
+            if pattern is not None and pattern.startswith(("{head} ", "{tail} ")):
+                counts[_cut_after_far_end(pattern)] += 1
+                break
+    if counts:
+        pattern, count = counts.most_common(1)[0]
+        if count >= MIN_SHARED_PATTERN * total and _plain(pattern):
+            return pattern
+    return label_statement(label)
+
+
+def _plain(pattern: str) -> bool:
+    """A shared pattern usable as a statement: short, and its words are not entity-specific (no digits)."""
+    words = pattern.replace("{head}", "").replace("{tail}", "").split()
+    return 0 < len(words) <= 8 and not any(ch.isdigit() for ch in "".join(words))
+
+
+def edge_statement(description: str, head: str, tail: str) -> str | None:
+    """A per-edge statement: the first sentence of the edge's description that names both ends once,
+    at most MAX_EDGE_SENTENCE_WORDS words; None when no sentence can phrase the edge."""
+    for line in _SENTENCE_SPLIT.split(description):
+        pattern = sentence_statement(line, head, tail)
+        if pattern is None:
+            continue
+        words = pattern.split()
+        if len(words) <= MAX_EDGE_SENTENCE_WORDS and any(w.lower() not in STOPWORDS for w in
+                                                         pattern.replace("{head}", "").replace("{tail}", "").split()):
+            return pattern
+    return None
+
+
+def type_noun(entity_type: str, lexicon: PhraseLexicon) -> str:
+    """The noun a question uses for an entity of ``entity_type`` ("which country"); "entity" when untyped."""
+    raw = entity_type.strip()
+    if raw in lexicon.types:
+        return lexicon.types[raw]
+    noun = _clean(raw.replace("_", " ")).lower()
+    return noun if noun and noun not in {"unknown", "none", "other"} else "entity"
+
+
+def draft_lexicon(labels: dict[str, list[tuple[str, str, str]]], types: Iterable[str],
+                  existing: PhraseLexicon | None = None) -> PhraseLexicon:
+    """The rules' phrases for every label (``labels``: label -> its edges' (description, head, tail)),
+    keeping what ``existing`` already says (a user's edits survive a redraft)."""
+    existing = existing or PhraseLexicon()
+    relations = dict(existing.relations)
+    for label, sentences in sorted(labels.items()):
+        if label not in relations:
+            relations[label] = derive_forms(shared_statement(label, sentences))
+    noun_types = dict(existing.types)
+    for entity_type in sorted(set(types)):
+        if entity_type and entity_type not in noun_types:
+            noun_types[entity_type] = type_noun(entity_type, PhraseLexicon())
+    return PhraseLexicon(types=noun_types, relations=relations)
+
+
+class Phrasebook:
+    """The phrases of every relation of one graph: the lexicon's, else the rules' (per label, or per edge
+    when labels are not relation names), resolved once per relation."""
+
+    def __init__(self, names: list[str], types: list[str], src: list[int], dst: list[int], labels: list[str],
+                 descriptions: list[str], lexicon: PhraseLexicon, *, shared_labels: bool) -> None:
+        self.lexicon = lexicon
+        self.names, self.types, self.src, self.dst = names, types, src, dst
+        self.labels, self.descriptions = labels, descriptions
+        self.shared_labels = shared_labels
+        by_label = dict(lexicon.relations)
+        if shared_labels:
+            sentences: dict[str, list[tuple[str, str, str]]] = {}
+            for rel, label in enumerate(labels):
+                if label not in by_label:
+                    sentences.setdefault(label, []).append((descriptions[rel], names[src[rel]], names[dst[rel]]))
+            by_label.update(draft_lexicon(sentences, (), PhraseLexicon()).relations)
+        self.by_label = by_label
+        self._edges: dict[int, RelationPhrases | None] = {}
+
+    def relation(self, rel: int) -> RelationPhrases | None:
+        """The phrases of relation row ``rel``; None when the edge cannot be phrased (no question uses it)."""
+        label = self.labels[rel]
+        if label in self.by_label:
+            return self.by_label[label]
+        if rel not in self._edges:
+            statement = edge_statement(self.descriptions[rel], self.names[self.src[rel]], self.names[self.dst[rel]])
+            self._edges[rel] = derive_forms(statement) if statement else None
+        return self._edges[rel]
+
+    def noun(self, node: int) -> str:
+        return type_noun(self.types[node], self.lexicon)
+
+    def words(self) -> set[str]:
+        """Every word the phrases themselves put into questions (never evidence of an entity)."""
+        texts = [type_noun(t, self.lexicon) for t in set(self.types)]
+        for phrases in self.by_label.values():
+            texts.extend(t for t in phrases.model_dump(exclude_none=True).values())
+        return {w for text in texts for w in _FIELDS.sub(" ", text).split()}
