@@ -4,21 +4,23 @@ conversations, the SFT model, its evaluation) and short RL stages 1 and 3 (stage
 
 Every step is the same library build that the Dagster asset and the DVC stage of that name call, and is
 skipped when its manifest says it is up to date, so a rerun (or a resumed run) only does what is missing.
-At the end the job tells the project's other entry points what it built or found current (the
-`omne.recorders` entry points: Dagster's instance and DVC's lock file), so that neither rebuilds it.
+The heavy steps (evaluations, SFT, RL) each run in a child process of their own, as under DVC and Dagster, so
+that none inherits the memory and threads an earlier one left in a long-lived process. At the end the job tells
+the project's other entry points what it built or found current (the `omne.recorders` entry points: Dagster's
+instance and DVC's lock file), so that neither rebuilds it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from tqdm.auto import tqdm
@@ -30,10 +32,12 @@ from pipelines.kg.checks import CheckOutcome
 from pipelines.kg.graph import GraphStats
 from pipelines.layout import RUN_TIMINGS_FILE, reports_dir
 from pipelines.qa.build import DatasetResult, build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+from pipelines.stage_process import read_status_kib, reset_peak_rss, run_in_child, stages_inline
 
 log = logging.getLogger(__name__)
 
 RECORDERS_GROUP = "omne.recorders"
+T = TypeVar("T")
 
 
 class DomainRow(BaseModel):
@@ -67,44 +71,58 @@ class Recorder(Protocol):
     def __call__(self, params: Params, params_file: Path | None, built: list[BuiltArtifact]) -> str: ...
 
 
-def _read_kib(field: str) -> int | None:
-    try:
-        match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's high-water mark of this process's RSS (Linux `clear_refs` 5), so that the next read
-    of VmHWM is the peak of the stage that follows only; False where the kernel does not allow it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
 class StageTimes:
     """Wall seconds and peak resident memory per stage of one `omne run` (summed / maxed over domains), in the
-    order the stages ran: printed at its end and kept in artifacts/reports/run_timings.json."""
+    order the stages ran, and the process each ran in: printed at its end and kept in
+    artifacts/reports/run_timings.json.
 
-    def __init__(self) -> None:
+    ``timed`` measures a block of this process (its high-water mark reset at the start); ``run`` runs a heavy
+    stage in a child process of its own (``pipelines.stage_process``) and records the child's peak, unless
+    ``inline`` (``$OMNE_STAGES_INLINE``) keeps it here.
+    """
+
+    def __init__(self, *, inline: bool | None = None) -> None:
         self.seconds: dict[str, float] = {}
         self.peak_rss_mb: dict[str, float] = {}
+        self.pids: dict[str, int] = {}
+        self.inline = stages_inline() if inline is None else inline
         self.started = time.perf_counter()
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
-        resettable = _reset_peak_rss()
+        resettable = reset_peak_rss()
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
-            peak_kib = _read_kib("VmHWM") if resettable else None
+            self.pids[stage] = os.getpid()
+            peak_kib = read_status_kib("VmHWM") if resettable else None
             if peak_kib is not None:
-                self.peak_rss_mb[stage] = max(self.peak_rss_mb.get(stage, 0.0), peak_kib / 1024)
+                self._peak(stage, peak_kib)
+
+    def run(self, stage: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` as ``stage``: in a child process of its own (a module-level ``fn``, picklable
+        arguments and result), whose peak RSS is the stage's; in this process when ``inline``."""
+        if self.inline:
+            with self.timed(stage):
+                return fn(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            child = run_in_child(fn, *args, **kwargs)
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+        self.pids[stage] = child.pid
+        if child.peak_rss_kib is not None:
+            self._peak(stage, child.peak_rss_kib)
+        return child.value()
+
+    def _peak(self, stage: str, kib: int) -> None:
+        self.peak_rss_mb[stage] = max(self.peak_rss_mb.get(stage, 0.0), kib / 1024)
+
+    def process(self, stage: str) -> str:
+        """Where the stage ran: ``main`` (the `omne run` process) or ``child`` (a process of its own)."""
+        return "main" if self.pids.get(stage, os.getpid()) == os.getpid() else "child"
 
     def total(self) -> float:
         return time.perf_counter() - self.started
@@ -113,6 +131,8 @@ class StageTimes:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"stages_s": {k: round(v, 2) for k, v in self.seconds.items()},
                                     "peak_rss_mb": {k: round(v, 1) for k, v in self.peak_rss_mb.items()},
+                                    "process": {k: self.process(k) for k in self.seconds},
+                                    "pid": dict(self.pids), "main_pid": os.getpid(),
                                     "total_s": round(self.total(), 2)}, indent=2) + "\n", encoding="utf-8")
 
 
@@ -171,29 +191,33 @@ def print_check_outcomes(outcomes: list[CheckOutcome]) -> bool:
     return all(o.passed for o in outcomes)
 
 
-def _evaluation(params: Params, model: str, name: str, stage: str, force: bool, times: StageTimes,
-                label: str, built: list[BuiltArtifact]) -> Any:
+def evaluate_stage(params: Params, model: str, name: str, force: bool) -> Any:
+    """``evaluate_cached`` as a stage of `omne run` (in a child process: the trajectories, which the job does not
+    need, stay behind in the report's files)."""
     from pipelines.eval.runner import evaluate_cached
 
-    with times.timed(label):
-        result = evaluate_cached(params, model, name=name, force=force)
+    return evaluate_cached(params, model, name=name, force=force).model_copy(update={"trajectories": []})
+
+
+def _evaluation(params: Params, model: str, name: str, stage: str, force: bool, times: StageTimes,
+                label: str, built: list[BuiltArtifact]) -> Any:
+    result = times.run(label, evaluate_stage, params, model, name, force)
     built.append(BuiltArtifact(stage=stage, folder=result.folder))
     return result
 
 
 def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built: list[BuiltArtifact]) -> list[Any]:
     """Stage 2 (SFT conversations, the SFT model, its evaluation), then RL stages 1 and 3 (a few steps each
-    on the quick profile) and stage 3's evaluation, on the same test sample as the base model's."""
+    on the quick profile) and stage 3's evaluation, on the same test sample as the base model's; each in a
+    process of its own (``StageTimes.run``)."""
     from pipelines.train.rl import train_rl
     from pipelines.train.sft_data import build_sft_conversations
     from pipelines.train.stage2 import build_sft_model
 
-    with times.timed("SFT conversations"):
-        data = build_sft_conversations(params, force=force)
+    data = times.run("SFT conversations", build_sft_conversations, params, force=force)
     built.append(BuiltArtifact(stage="sft_conversations", folder=data.folder))
     print(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
-    with times.timed("SFT model"):
-        model = build_sft_model(params, force=force)
+    model = times.run("SFT model", build_sft_model, params, force=force)
     built.append(BuiltArtifact(stage="sft_model", folder=model.folder))
     meta = model.manifest.metadata
     print(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
@@ -201,8 +225,7 @@ def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built:
     runs = [_evaluation(params, str(model.folder), "sft-tools", "sft_eval_report", force, times,
                         "evaluate SFT model", built)]
     for stage in (1, 3):
-        with times.timed(f"RL stage {stage}"):
-            result = train_rl(params, stage, force=force)
+        result = times.run(f"RL stage {stage}", train_rl, params, stage, force=force)
         built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
         meta = result.manifest.metadata
         print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
@@ -220,8 +243,11 @@ def fmt_score(value: float | None) -> str:
 
 def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, force: bool = False,
                  skip_eval: bool = False, skip_train: bool = False, params_file: Path | None = None,
-                 record: bool = True) -> StageTimes:
+                 record: bool = True, inline: bool | None = None) -> StageTimes:
     """The whole job, printing a table per stage; raises QAChecksFailed when the dataset fails a blocking check.
+
+    The evaluations and the training stages each run in a child process of their own (their memory and threads
+    go back to the OS when they end), unless ``inline`` (default: ``$OMNE_STAGES_INLINE``) keeps them here.
 
     The cross-domain stages (dataset, training, evaluation) are recorded for the other entry points only when
     every registered domain took part (``all_domains``): a dataset of some domains is not the one DVC and
@@ -229,7 +255,7 @@ def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, fo
     """
     from pipelines.tables import print_domain_table, print_eval_table, print_qa_stats, print_stage_table
 
-    times = StageTimes()
+    times = StageTimes(inline=inline)
     built: list[BuiltArtifact] = []
     try:
         print_domain_table(build_domain_artifacts(params, domains, force=force, times=times, built=built))

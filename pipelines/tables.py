@@ -73,16 +73,18 @@ def print_eval_table(runs: list) -> None:
 
 
 def print_stage_table(times: StageTimes) -> None:
-    """Wall time, share of the run and peak resident memory of each stage of one `omne run`."""
+    """Wall time, share of the run and peak resident memory of each stage of one `omne run`, and where it ran
+    (``main``: the `omne run` process, its high-water mark reset at the stage's start; ``child``: a process of
+    its own, whose peak it is)."""
     total = times.total()
-    table = _table("omne run: wall time and peak memory per stage", ["stage", "s", "share", "peak RSS GB"],
-                   ("stage",))
+    table = _table("omne run: wall time and peak memory per stage", ["stage", "s", "share", "peak RSS GB", "process"],
+                   ("stage", "process"))
     for stage, seconds in times.seconds.items():
         peak = times.peak_rss_mb.get(stage)
         table.add_row(stage, f"{seconds:.1f}", f"{seconds / total:.0%}" if total else "",
-                      f"{peak / 1024:.2f}" if peak is not None else "")
+                      f"{peak / 1024:.2f}" if peak is not None else "", times.process(stage))
     overall = max(times.peak_rss_mb.values(), default=None)
-    table.add_row("total", f"{total:.1f}", "100%", f"{overall / 1024:.2f}" if overall is not None else "")
+    table.add_row("total", f"{total:.1f}", "100%", f"{overall / 1024:.2f}" if overall is not None else "", "")
     console().print(table)
 
 

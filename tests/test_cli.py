@@ -75,6 +75,13 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     # peak RSS per stage (the kernel's high-water mark, reset before each stage): training peaks above the KG build
     assert set(timings["peak_rss_mb"]) == set(timings["stages_s"])
     assert 100 < timings["peak_rss_mb"]["knowledge graphs"] < timings["peak_rss_mb"]["SFT model"] < 6 * 1024
+    # the evaluations and training stages each ran in a process of their own, whose peak is the stage's
+    own = ["evaluate base model", "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 1", "RL stage 3",
+           "evaluate RL stage 3"]
+    assert {stage for stage, where in timings["process"].items() if where == "child"} == set(own)
+    assert len({timings["pid"][stage] for stage in own} | {timings["main_pid"]}) == len(own) + 1
+    assert timings["pid"]["knowledge graphs"] == timings["pid"]["record (Dagster, DVC)"] == timings["main_pid"]
+    assert all(timings["peak_rss_mb"][stage] > 100 for stage in own)
     # what the run built is in the project's Dagster instance: 13 assets, their manifests and their checks
     assert "record dagster: 13 new materializations" in first and "record dvc: skipped (no DVC project here)" in first
     recorded = _recorded_in_dagster(project / ".dagster_home")
