@@ -76,7 +76,7 @@ class ToolParams(_Section):
 class LLMParams(_Section):
     """The LLM used for QA generation, judging and text->KG extraction (never needed by `make run`)."""
 
-    backend: Literal["openai", "transformers"] = "openai"
+    backend: Literal["openai", "transformers", "onnx"] = "openai"  # onnx: local, ONNX Runtime on the CPU (docs/llm.md)
     # any OpenAI-compatible endpoint, e.g. `vllm serve`; env OMNE_LLM_BASE_URL
     base_url: str = "http://127.0.0.1:8000/v1"
     model: str = ""  # model name at the endpoint, or for transformers a local HF folder / "smollm2"; env OMNE_LLM_MODEL
@@ -92,6 +92,7 @@ class LLMParams(_Section):
     cache: bool = True  # disk cache under artifacts/cache/llm keyed by (model, messages, parameters)
     batch_size: int = Field(8, ge=1)  # transformers backend: prompts generated together (left-padded)
     device: Literal["cpu", "cuda", "auto"] = "auto"  # transformers backend
+    onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (the transformers answers) | int4 (faster)
 
 
 class QAParams(_Section):
@@ -128,9 +129,13 @@ class AgentParams(_Section):
     temperature: float = Field(0.0, ge=0.0)  # 0: greedy (evaluation)
     batch_size: int = Field(16, ge=1)  # episodes generated together
     device: Literal["cpu", "cuda", "auto"] = "auto"
-    # transformers backend: key/value states of prompt prefixes kept between rounds (system prompt, each
+    # local backends: key/value states of prompt prefixes kept between rounds (system prompt, each
     # episode's conversation so far), at most this many MiB (LRU); 0: none kept
     prefix_cache_mb: int = Field(512, ge=0, json_schema_extra=MEMORY_ONLY)
+    # who generates: transformers (the model in this process; the reference) | onnx (ONNX Runtime on the CPU, from a
+    # converted copy of the model made once per model identity: pipelines/llm/onnx_export.py)
+    backend: Literal["transformers", "onnx"] = "transformers"
+    onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (same answers) | int4 (4-bit weights)
 
 
 class EvalParams(_Section):

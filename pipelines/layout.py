@@ -36,6 +36,12 @@ def model_dir(artifacts: Path, name: str) -> Path:
     return artifacts / "models" / name
 
 
+def onnx_model_dir(artifacts: Path, identity: str, precision: str) -> Path:
+    """A model converted for the ONNX Runtime generation backend, by the source model's identity
+    (``manifest.model_identity``) and the precision of the conversion."""
+    return artifacts / "models" / "onnx" / f"{identity}-{precision}"
+
+
 def rl_model_name(stage: int) -> str:
     return f"rl-stage{stage}"
 

@@ -1,12 +1,13 @@
-"""A local transformers chat backend, so that every LLM step can run offline (slowly) with no endpoint.
+"""Local chat clients, so that every LLM step can run offline with no endpoint.
 
-``TransformersChatClient`` turns chat requests into token batches and replies: it renders prompts with
-the model's chat template (noting where each message ends), batches requests that sample alike, and
-turns generated tokens back into ``ChatReply`` objects. A batch's tokens come from ``_generate_tokens``,
-the one place that runs the model: either plain ``generate``, or (``prefix_cache``) prefill from the
-stored states of earlier prompts (``prefix_store.PrefixStore``) and decoding from a static cache
-(``kv_generation.KVGeneration``). Another generation backend belongs beside those two paths; encoding,
-batching and replies stay as they are. The default model is ``smollm2`` (``smollm2.smollm2_folder``).
+``LocalChatClient`` turns chat requests into token batches and replies: it renders prompts with the
+model's chat template (noting where each message ends), batches requests that sample alike, hands each
+batch to its ``GenerationBackend`` (``pipelines.llm.generation``) and turns the generated tokens back into
+``ChatReply`` objects. ``TransformersChatClient`` is the reference: the model in this process, either plain
+``generate`` or (``prefix_cache``) prefill from the stored states of earlier prompts
+(``prefix_store.PrefixStore``) and decoding from a static cache (``kv_generation.KVGeneration``). The ONNX
+Runtime backend (``onnx_backend``) plugs into ``LocalChatClient`` the same way; encoding, batching and
+replies are shared. The default model is ``smollm2`` (``smollm2.smollm2_folder``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, complete_one, cut_at_stop
+from pipelines.llm.generation import GenerationBackend, TransformersBackend
 from pipelines.llm.kv_generation import KVGeneration, fits_static_cache
 from pipelines.llm.prefix_store import PrefixStore
 from pipelines.manifest import model_identity
@@ -38,82 +40,35 @@ def _device(choice: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class TransformersChatClient:
-    """A ``ChatClient`` that generates with a local causal LM and its chat template.
+class LocalChatClient:
+    """A ``ChatClient`` that generates with a local model (``backend``) and the model's chat template.
 
-    Requests are generated in batches of ``batch_size`` (left-padded, grouped by temperature and
-    seed, sorted by prompt length): greedy when temperature is 0, else sampling seeded by the
-    request's seed. Greedy output does not depend on the batching. ``json_mode`` has no local
-    equivalent (no constrained decoding): the repair round of ``complete_json_many`` covers it.
-    Token counts come from the tokenizer; cost is 0.
+    Requests are generated in batches of ``batch_size`` (grouped by temperature, seed and stop strings,
+    sorted by prompt length): greedy when temperature is 0, else sampling seeded by the request's seed.
+    Greedy output does not depend on the batching. ``json_mode`` has no local equivalent (no constrained
+    decoding): the repair round of ``complete_json_many`` covers it. Token counts come from the tokenizer;
+    cost is 0. ``eos``: the token ids that end a reply (besides the tokenizer's padding)."""
 
-    With ``prefix_cache`` (the default), prompts are not run through the model whole: the key/value
-    states of earlier prompts are kept (``prefix_store``, ``prefix_cache_mb`` at most) and reused up
-    to the last message boundary that a prompt shares with one of them (the system prompt, or an
-    episode's previous round); the first message of a prompt with no stored match is computed on
-    its own first, so that it is shared by every later prompt. The prompts' remaining tokens then
-    run in groups of similar length (``prefill_group`` rows at most), and the batch generates from
-    a static cache filled with those states, in chunks of ``decode_chunk`` steps between which rows
-    that ended leave the batch (``KVGeneration``; ``prefill_stats`` counts its work). The store is
-    dropped when the model or its weights change (``clear_prefix_cache`` drops it by hand); a model
-    in training mode, or one whose layers are not all full attention, generates on the plain path.
-    Greedy output is the same token for token as on the plain path up to floating-point rounding
-    (a near tie can flip a token).
-    """
+    prefix_cache = True  # prompts are encoded with their message boundaries (where a backend's reuse may end)
 
-    def __init__(self, model_path: str | Path, *, name: str | None = None, batch_size: int = 8,
-                 device: str = "auto", dtype: str | None = None, prefix_cache: bool = True,
-                 prefix_cache_mb: int = 512, decode_chunk: int = 4, prefill_group: int = 16,
-                 loaded: tuple[Any, Any] | None = None) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.path = Path(model_path)
-        if loaded is None and not (self.path / "config.json").is_file():
-            raise LLMError(f"{self.path} is not a transformers model folder (no config.json)")
-        self.model = name if loaded is not None and name else model_identity(self.path, name)
+    def __init__(self, path: str | Path, tokenizer: Any, backend: GenerationBackend, *, model: str,
+                 batch_size: int = 8, eos: set[int] | None = None) -> None:
+        self.path = Path(path)
+        self.model = model
         self.usage = Usage()
         self.batch_size = batch_size
-        self.device = _device(device)
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
-        if loaded is not None:  # from_model: a model already in memory (the RL policy), used as it is
-            self.lm, self.tokenizer = loaded
-            self.device = str(next(self.lm.parameters()).device)
-        else:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self.lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype).to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.backend = backend
         if not self.tokenizer.chat_template:
             raise LLMError(f"{self.path}: the tokenizer has no chat template")
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        eos = self.lm.generation_config.eos_token_id
-        self._eos = {*([eos] if isinstance(eos, int) else (eos or [])), self.tokenizer.eos_token_id} - {None}
+        self._eos = ({*(eos or ()), self.tokenizer.eos_token_id}) - {None}
         self._lock = threading.Lock()  # one generate at a time per model
-        self.prefix_cache = prefix_cache
-        self.decode_chunk = decode_chunk
-        self.prefill_group = prefill_group
-        self.prefix_store = PrefixStore(prefix_cache_mb << 20)
-        self._store_owner: tuple[Any, ...] | None = None
-        self._cacheable_for: tuple[Any, bool] | None = None
-        self._stop_criteria: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}
-        # prefix cache path: prompt positions computed before generate (anchors included), reused from
-        # the store, computed for first messages (anchors); seconds spent on them (and on anchors);
-        # batches and rows
-        self.prefill_stats: dict[str, float] = {"computed": 0, "reused": 0, "anchor": 0, "seconds": 0.0,
-                                                "anchor_seconds": 0.0, "batches": 0, "rows": 0}
-
-    @classmethod
-    def from_model(cls, lm: Any, tokenizer: Any, *, name: str, batch_size: int = 8,
-                   **options: Any) -> TransformersChatClient:
-        """A client around a model and tokenizer already in memory (the policy being trained by RL): nothing
-        is loaded or copied, so generation always sees the current weights. The tokenizer's padding side is
-        set to left (generation needs it)."""
-        return cls(Path(getattr(lm, "name_or_path", "") or "."), name=name, batch_size=batch_size,
-                   loaded=(lm, tokenizer), **options)
 
     def __repr__(self) -> str:
-        return f"TransformersChatClient({str(self.path)!r}, model={self.model!r}, device={self.device!r})"
+        return f"{type(self).__name__}({str(self.path)!r}, model={self.model!r}, backend={self.backend.name!r})"
 
     def complete(self, request: ChatRequest) -> ChatReply:
         return complete_one(self, request)
@@ -155,8 +110,9 @@ class TransformersChatClient:
         return ids, out
 
     def clear_prefix_cache(self) -> None:
+        """Forget the backend's kept prompt states (the system prompt, episodes so far)."""
         with self._lock:
-            self.prefix_store.clear()
+            self.backend.clear_cache()
 
     def complete_many(self, requests: list[ChatRequest], *, progress: bool = False, desc: str = "llm",
                       on_reply: OnReply | None = None) -> list[ChatReply | LLMError]:
@@ -195,51 +151,19 @@ class TransformersChatClient:
                     bar.update(len(batch))
         return results  # type: ignore[return-value]
 
-    # ---------------------------------------------------------------------------------------
-    # generation: one batch of prompts -> token rows -> replies
-    # ---------------------------------------------------------------------------------------
-
     def _generate(self, prompts: Sequence[list[int]], max_tokens: Sequence[int], temperature: float,
                   seed: int | None, stop: list[str] | None = None,
                   boundaries: Sequence[list[int]] | None = None) -> list[ChatReply]:
         start = time.perf_counter()
-        generated = self._generate_tokens(prompts, max(max_tokens), temperature, seed, stop or [], boundaries)
+        generated = self._generate_tokens(prompts, max_tokens, temperature, seed, stop or [], boundaries)
         latency = (time.perf_counter() - start) / len(prompts)
         return self._replies(generated, prompts, max_tokens, stop or [], latency)
 
-    def _generate_tokens(self, prompts: Sequence[list[int]], max_new: int, temperature: float, seed: int | None,
-                         stop: list[str], boundaries: Sequence[list[int]] | None) -> list[list[int]]:
-        """Each prompt's new tokens (``max_new`` at most; a row may run on past its end, which
-        ``_replies`` cuts): through the prefix cache when it applies, else plain ``generate``."""
-        import torch
-
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        options: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": pad, "eos_token_id": sorted(self._eos)}
-        if temperature > 0:
-            options.update(do_sample=True, temperature=temperature)
-        else:
-            options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if stop:  # each row ends at its first stop string; finished rows are padded
-            options.update(stopping_criteria=self._stopping(stop))
-        # not in training mode (dropout; gradient checkpointing turns the cache off)
-        cached = (self.prefix_cache and boundaries is not None and width > 1 and not self.lm.training
-                  and self._cacheable())
-        with self._lock, torch.inference_mode(), torch.random.fork_rng(
-                devices=[torch.cuda.current_device()] if self.device == "cuda" else []):
-            if cached and boundaries is not None:
-                generation = KVGeneration(self.lm, pad, self.device, self.prefill_stats)
-                cache = generation.prefill(prompts, boundaries, max_new, self._store(), group=self.prefill_group)
-                if seed is not None:
-                    torch.manual_seed(seed)
-                return generation.decode(input_ids, attention, cache, options, ends={*self._eos, pad},
-                                         criteria=self._stopping(stop)[0] if stop else None, chunk=self.decode_chunk)
-            if seed is not None:
-                torch.manual_seed(seed)
-            output = self.lm.generate(input_ids=input_ids, attention_mask=attention, **options)
-            return output[:, width:].tolist()
+    def _generate_tokens(self, prompts: Sequence[list[int]], max_tokens: Sequence[int], temperature: float,
+                         seed: int | None, stop: list[str], boundaries: Sequence[list[int]] | None) -> list[list[int]]:
+        with self._lock:
+            return self.backend.generate(prompts, max_tokens, temperature=temperature, seed=seed, stop=stop,
+                                         boundaries=boundaries)
 
     def _replies(self, generated: list[list[int]], prompts: Sequence[list[int]], max_tokens: Sequence[int],
                  stop: list[str], latency: float) -> list[ChatReply]:
@@ -259,6 +183,109 @@ class TransformersChatClient:
                 completion_tokens=len(kept) + (1 if end is not None and not stopped else 0),
                 latency_s=latency, finish_reason="stop" if finished else "length"))
         return replies
+
+
+class TransformersChatClient(LocalChatClient):
+    """The reference ``LocalChatClient``: generation with a transformers causal LM in this process
+    (``TransformersBackend``), its batches left-padded.
+
+    With ``prefix_cache`` (the default), prompts are not run through the model whole: the key/value
+    states of earlier prompts are kept (``prefix_store``, ``prefix_cache_mb`` at most) and reused up
+    to the last message boundary that a prompt shares with one of them (the system prompt, or an
+    episode's previous round); the first message of a prompt with no stored match is computed on
+    its own first, so that it is shared by every later prompt. The prompts' remaining tokens then
+    run in groups of similar length (``prefill_group`` rows at most), and the batch generates from
+    a static cache filled with those states, in chunks of ``decode_chunk`` steps between which rows
+    that ended leave the batch (``KVGeneration``; ``prefill_stats`` counts its work). The store is
+    dropped when the model or its weights change (``clear_prefix_cache`` drops it by hand); a model
+    in training mode, or one whose layers are not all full attention, generates on the plain path.
+    Greedy output is the same token for token as on the plain path up to floating-point rounding
+    (a near tie can flip a token).
+    """
+
+    def __init__(self, model_path: str | Path, *, name: str | None = None, batch_size: int = 8,
+                 device: str = "auto", dtype: str | None = None, prefix_cache: bool = True,
+                 prefix_cache_mb: int = 512, decode_chunk: int = 4, prefill_group: int = 16,
+                 loaded: tuple[Any, Any] | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = Path(model_path)
+        if loaded is None and not (self.path / "config.json").is_file():
+            raise LLMError(f"{self.path} is not a transformers model folder (no config.json)")
+        self.model = name if loaded is not None and name else model_identity(self.path, name)
+        device_used = _device(device)
+        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device_used == "cuda" else torch.float32)
+        if loaded is not None:  # from_model: a model already in memory (the RL policy), used as it is
+            self.lm, self.tokenizer = loaded
+            device_used = str(next(self.lm.parameters()).device)
+        else:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            self.lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype).to(device_used).eval()
+        eos = self.lm.generation_config.eos_token_id
+        super().__init__(self.path, self.tokenizer, TransformersBackend(self), model=self.model, batch_size=batch_size,
+                         eos={*([eos] if isinstance(eos, int) else (eos or []))})
+        self.device = device_used
+        self.prefix_cache = prefix_cache
+        self.decode_chunk = decode_chunk
+        self.prefill_group = prefill_group
+        self.prefix_store = PrefixStore(prefix_cache_mb << 20)
+        self._store_owner: tuple[Any, ...] | None = None
+        self._cacheable_for: tuple[Any, bool] | None = None
+        self._stop_criteria: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}
+        # prefix cache path: prompt positions computed before generate (anchors included), reused from
+        # the store, computed for first messages (anchors); seconds spent on them (and on anchors);
+        # batches and rows
+        self.prefill_stats: dict[str, float] = {"computed": 0, "reused": 0, "anchor": 0, "seconds": 0.0,
+                                                "anchor_seconds": 0.0, "batches": 0, "rows": 0}
+
+    @classmethod
+    def from_model(cls, lm: Any, tokenizer: Any, *, name: str, batch_size: int = 8,
+                   **options: Any) -> TransformersChatClient:
+        """A client around a model and tokenizer already in memory (the policy being trained by RL): nothing
+        is loaded or copied, so generation always sees the current weights. The tokenizer's padding side is
+        set to left (generation needs it)."""
+        return cls(Path(getattr(lm, "name_or_path", "") or "."), name=name, batch_size=batch_size,
+                   loaded=(lm, tokenizer), **options)
+
+    def __repr__(self) -> str:
+        return f"TransformersChatClient({str(self.path)!r}, model={self.model!r}, device={self.device!r})"
+
+    def _transformers_tokens(self, prompts: Sequence[list[int]], max_new: int, temperature: float,
+                             seed: int | None, stop: list[str],
+                             boundaries: Sequence[list[int]] | None) -> list[list[int]]:
+        """``TransformersBackend``: each prompt's new tokens (``max_new`` at most; a row may run on past its end,
+        which ``_replies`` cuts): through the prefix cache when it applies, else plain ``generate``. The caller
+        holds the client's lock."""
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        options: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": pad, "eos_token_id": sorted(self._eos)}
+        if temperature > 0:
+            options.update(do_sample=True, temperature=temperature)
+        else:
+            options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if stop:  # each row ends at its first stop string; finished rows are padded
+            options.update(stopping_criteria=self._stopping(stop))
+        # not in training mode (dropout; gradient checkpointing turns the cache off)
+        cached = (self.prefix_cache and boundaries is not None and width > 1 and not self.lm.training
+                  and self._cacheable())
+        with torch.inference_mode(), torch.random.fork_rng(
+                devices=[torch.cuda.current_device()] if self.device == "cuda" else []):
+            if cached and boundaries is not None:
+                generation = KVGeneration(self.lm, pad, self.device, self.prefill_stats)
+                cache = generation.prefill(prompts, boundaries, max_new, self._store(), group=self.prefill_group)
+                if seed is not None:
+                    torch.manual_seed(seed)
+                return generation.decode(input_ids, attention, cache, options, ends={*self._eos, pad},
+                                         criteria=self._stopping(stop)[0] if stop else None, chunk=self.decode_chunk)
+            if seed is not None:
+                torch.manual_seed(seed)
+            output = self.lm.generate(input_ids=input_ids, attention_mask=attention, **options)
+            return output[:, width:].tolist()
 
     def _stopping(self, stop: list[str]) -> Any:
         """The stop-string criteria for ``generate``, built once per tokenizer and stop strings. (Given

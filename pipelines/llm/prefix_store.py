@@ -15,8 +15,19 @@ from typing import Any
 
 import numpy as np
 
-KV = list[tuple[Any, Any]]  # per layer: (keys, values), each [1, kv heads, tokens, head dim]
+KV = list[tuple[Any, Any]]  # per layer: (keys, values), each [1, kv heads, tokens, head dim] (torch or numpy)
 ANCHOR_MIN_TOKENS = 16  # a first message shorter than this is not worth a forward pass (and an entry) of its own
+
+
+def _storage(array: Any) -> tuple[int, int]:
+    """(address, bytes) of the whole memory an array views: a torch tensor's storage, or a numpy array's
+    outermost base."""
+    if hasattr(array, "untyped_storage"):
+        storage = array.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    while isinstance(getattr(array, "base", None), np.ndarray):
+        array = array.base
+    return array.__array_interface__["data"][0], array.nbytes
 
 
 @dataclass
@@ -72,7 +83,7 @@ class PrefixStore:
         for key in [k for k, e in self.entries.items()
                     if len(e.tokens) <= len(tokens) and self._common(e.tokens, tokens) == len(e.tokens)]:
             self.nbytes -= self.entries.pop(key).nbytes
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for pair in kv for t in pair}
+        storages = dict(_storage(t) for pair in kv for t in pair)
         entry = PrefixEntry(tokens=tokens, kv=kv, nbytes=sum(storages.values()))
         if entry.nbytes > self.max_bytes:
             return

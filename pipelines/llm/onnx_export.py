@@ -1,0 +1,114 @@
+"""A model folder converted for the ONNX Runtime generation backend: an artifact with a manifest, cached by the
+source model's identity.
+
+The conversion is onnxruntime-genai's model builder (``python -m onnxruntime_genai.models.builder``), run in a
+child process (it holds the whole model in memory while it writes the graph) offline from the local folder:
+the graph (``model.onnx``: GroupQueryAttention with a key/value cache as inputs and outputs) and its weights
+(``model.onnx.data``), ``genai_config.json`` (layers, heads, input names), and the source's tokenizer and
+generation config, so that the folder alone is enough to generate. It lands in
+``artifacts/models/onnx/<identity>-<precision>/`` (``layout.onnx_model_dir``) whole or not at all; a folder
+whose manifest names the same source identity, precision and builder version is reused as it is.
+
+Sources: a transformers folder (the base model, a full fine-tune), or anything that can write one: a PEFT adapter
+merged into its base (``pipelines.agent.models``), the RL policy in memory, its LoRA merged into a copy
+(``save_merged``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipelines.atomic import atomic_directory
+from pipelines.layout import onnx_model_dir
+from pipelines.llm.base import LLMError
+from pipelines.manifest import new_manifest, read_manifest, sha256_files, write_manifest
+
+log = logging.getLogger(__name__)
+
+ONNX_PRECISIONS = ("fp32", "int4")  # fp32: the same numbers as the reference; int4: 4-bit weights, ~3x faster
+ONNX_KIND = "onnx_model"
+
+
+def builder_version() -> str:
+    from importlib.metadata import version
+
+    return f"onnxruntime-genai=={version('onnxruntime-genai')}"
+
+
+def _current(folder: Path, identity: str, precision: str) -> bool:
+    manifest = read_manifest(folder)
+    return (manifest is not None and manifest.kind == ONNX_KIND and manifest.inputs.get("model") == identity
+            and manifest.params.get("precision") == precision and manifest.params.get("builder") == builder_version()
+            and (folder / "model.onnx").is_file() and (folder / "genai_config.json").is_file())
+
+
+def convert_folder(source: Path, out: Path, *, precision: str = "fp32") -> None:
+    """Run the model builder on the transformers folder ``source`` into the empty folder ``out`` (offline), then
+    put the source's tokenizer and generation config beside the graph."""
+    if precision not in ONNX_PRECISIONS:
+        raise LLMError(f"ONNX precision {precision!r}: expected one of {', '.join(ONNX_PRECISIONS)}")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with tempfile.TemporaryDirectory(prefix="omne-onnx-cache-") as cache:
+        done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source),
+                               "-o", str(out), "-p", precision, "-e", "cpu", "-c", cache],
+                              capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0 or not (out / "model.onnx").is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-8:]
+        raise LLMError(f"converting {source} to ONNX ({precision}) failed (exit {done.returncode}): "
+                       + " | ".join(tail))
+    from transformers import AutoTokenizer, GenerationConfig
+
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)  # the source's, exactly (special tokens, template)
+    if (source / "generation_config.json").is_file():
+        GenerationConfig.from_pretrained(source).save_pretrained(out)
+
+
+def export_onnx(identity: str, write_source: Callable[[Path], None] | Path, artifacts_dir: Path, *,
+                precision: str = "fp32", source_name: str = "") -> Path:
+    """The ONNX folder of the model whose identity is ``identity``: reused when its manifest matches, else
+    converted from ``write_source`` (a transformers folder, or a function that writes one into the folder it
+    is given, e.g. a merged adapter). Returns the folder."""
+    folder = onnx_model_dir(Path(artifacts_dir), identity, precision)
+    if _current(folder, identity, precision):
+        return folder
+    start = time.perf_counter()
+    with atomic_directory(folder) as tmp:
+        if isinstance(write_source, Path):
+            source = write_source
+            convert_folder(source, tmp, precision=precision)
+        else:
+            with tempfile.TemporaryDirectory(prefix=".merged-", dir=tmp.parent) as merged:
+                write_source(Path(merged))
+                convert_folder(Path(merged), tmp, precision=precision)
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        seconds = time.perf_counter() - start
+        write_manifest(tmp, new_manifest(
+            ONNX_KIND, files=sha256_files(files, tmp), inputs={"model": identity},
+            params={"precision": precision, "builder": builder_version(), "execution_provider": "cpu"},
+            metadata={"source": source_name or identity, "convert_seconds": round(seconds, 2)}))
+    log.info("converted %s to ONNX (%s) in %.1f s: %s", source_name or identity, precision, seconds, folder)
+    return folder
+
+
+def save_merged(lm: Any, tokenizer: Any, out: Path) -> None:
+    """Write a transformers folder of ``lm`` (a PEFT model: its adapter merged into a copy, the model in
+    memory untouched) and ``tokenizer`` into ``out``."""
+    import copy
+
+    import torch
+
+    model = lm
+    if hasattr(lm, "merge_and_unload"):
+        model = copy.deepcopy(lm).merge_and_unload()
+    with torch.no_grad():
+        model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    del model

@@ -1,0 +1,202 @@
+"""The ONNX Runtime generation backend: a model folder converted once (an artifact with a manifest, cached by the
+model's identity), and the same greedy answers as the transformers reference, batched or not, over two rounds that
+reuse the first, with stop strings and per-request token limits; seeded sampling reproducible. Real tiny random
+llamas (tests/model_support.py) and a real conversion by onnxruntime-genai's model builder: no files, no hub."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.llm.base import ChatReply, ChatRequest
+from tests.model_support import TEXT, build_tiny_llama
+
+pytest.importorskip("onnxruntime_genai")
+
+SYSTEM = TEXT[:600]  # ~330 tokens of the tiny tokenizer: the shared prefix
+USERS = ["Mars?", "Which moon orbits the planet that orbits the Sun? " * 3, "Phobos and Deimos", "The Sun " * 9,
+         "Deimos"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("artifacts")
+
+
+@pytest.fixture(scope="module")
+def onnx_folder(tiny_llama: Path, artifacts: Path) -> Path:
+    from pipelines.llm.onnx_export import export_onnx
+    from pipelines.manifest import model_identity
+
+    return export_onnx(model_identity(tiny_llama), tiny_llama, artifacts)
+
+
+def reference(folder: Path, **options: Any) -> Any:
+    from pipelines.llm.local import TransformersChatClient
+
+    return TransformersChatClient(folder, device="cpu", **{"batch_size": 4, **options})
+
+
+def fast(folder: Path, **options: Any) -> Any:
+    from pipelines.llm.onnx_backend import onnx_chat_client
+
+    return onnx_chat_client(folder, model="tiny-onnx", **{"batch_size": 4, **options})
+
+
+def requests(stop: list[str], max_tokens: int | list[int] = 20, users: list[str] = USERS, **extra: Any
+             ) -> list[ChatRequest]:
+    limits = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(users)
+    return [ChatRequest(messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": u}],
+                        max_tokens=n, stop=stop, prefix="<think>", **extra) for u, n in zip(users, limits, strict=True)]
+
+
+def same(a: list[Any], b: list[Any]) -> None:
+    assert all(isinstance(r, ChatReply) for r in a + b)
+    assert [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in a] == \
+        [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in b]
+
+
+@pytest.fixture(scope="module")
+def stop(tiny_llama: Path) -> list[str]:
+    """Stop strings cut from the middle of two reference replies, so that some rows stop early (at different
+    steps) and the others run to their token limit."""
+    texts = [r.text for r in reference(tiny_llama).complete_many(requests([]))]
+    chosen = [texts[0][6:9], texts[1][10:12]]
+    assert all(chosen), texts
+    return chosen
+
+
+def test_conversion_is_an_artifact_cached_by_the_model_identity(tiny_llama: Path, onnx_folder: Path,
+                                                                 artifacts: Path, tmp_path: Path) -> None:
+    from pipelines.llm.onnx_export import ONNX_KIND, export_onnx
+    from pipelines.manifest import model_identity, read_manifest, sha256_file
+
+    manifest = read_manifest(onnx_folder)
+    identity = model_identity(tiny_llama)
+    assert manifest is not None and manifest.kind == ONNX_KIND and manifest.inputs == {"model": identity}
+    assert manifest.params["precision"] == "fp32" and manifest.params["builder"].startswith("onnxruntime-genai==")
+    assert onnx_folder.name == f"{identity}-fp32" and onnx_folder.parent == artifacts / "models" / "onnx"
+    for name in ("model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json", "generation_config.json"):
+        assert manifest.files[name] == sha256_file(onnx_folder / name)
+    # the same identity again: reused as it is (no builder run, the same manifest)
+    assert export_onnx(identity, tiny_llama, artifacts) == onnx_folder
+    assert read_manifest(onnx_folder).created_at == manifest.created_at
+    # other weights: another identity, another folder; the first one stays
+    other = build_tiny_llama(tmp_path / "other", vocab_size=290)
+    assert model_identity(other) != identity
+    second = export_onnx(model_identity(other), other, artifacts)
+    assert second != onnx_folder and (second / "model.onnx").is_file() and (onnx_folder / "model.onnx").is_file()
+
+
+def test_a_failed_conversion_leaves_nothing(tmp_path: Path, artifacts: Path) -> None:
+    from pipelines.llm.base import LLMError
+    from pipelines.llm.onnx_export import export_onnx
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
+    with pytest.raises(LLMError, match="converting .* to ONNX"):
+        export_onnx("broken-0", broken, artifacts)
+    assert not list((artifacts / "models" / "onnx").glob("broken*"))
+    assert not list((artifacts / "models" / "onnx").glob(".broken*"))
+
+
+def test_greedy_answers_equal_the_transformers_reference(tiny_llama: Path, onnx_folder: Path,
+                                                         stop: list[str]) -> None:
+    batch = requests(stop, max_tokens=[20, 14, 20, 9, 20])  # per-request limits in one batch
+    expected = reference(tiny_llama).complete_many(batch)
+    client = fast(onnx_folder)
+    same(client.complete_many(batch), expected)
+    assert {r.finish_reason for r in expected} == {"stop", "length"}  # rows that stop early and rows that run on
+    assert len({r.completion_tokens for r in expected}) > 1
+    # the system prompt was computed once (its own entry) and reused by every other prompt
+    stats = client.backend.stats
+    system = client.message_boundaries(batch[0])[0]
+    assert stats["anchor"] == system and stats["reused"] >= system * (len(batch) - 1)
+    # batch 1 (one question at a time) and a bigger batch give the same tokens
+    same(fast(onnx_folder, batch_size=1).complete_many(batch), expected)
+    same(fast(onnx_folder, batch_size=8).complete_many(batch), expected)
+    # no prefix store at all: every prompt computed whole, the same tokens
+    bare = fast(onnx_folder, prefix_cache_mb=0)
+    same(bare.complete_many(batch), expected)
+    assert bare.backend.stats["reused"] == 0 and len(bare.backend.store) == 0
+
+
+def test_a_second_round_reuses_the_first_and_equals_the_reference(tiny_llama: Path, onnx_folder: Path,
+                                                                   stop: list[str]) -> None:
+    first_round = requests(stop, max_tokens=12)
+    ref, client = reference(tiny_llama, batch_size=8), fast(onnx_folder, batch_size=8)
+    replies = client.complete_many(first_round)
+    same(replies, ref.complete_many(first_round))
+    second_round = []
+    for index, (request, reply) in enumerate(zip(first_round, replies, strict=True)):
+        messages = [*request.messages, {"role": "assistant", "content": request.prefix + reply.text},
+                    {"role": "user", "content": "<tool_response>" + "Phobos orbits Mars. " * (index + 1)
+                                                + "</tool_response>"}]
+        second_round.append(request.model_copy(update={"messages": messages}))
+    before = dict(client.backend.stats)
+    same(client.complete_many(second_round), ref.complete_many(second_round))
+    # each episode's round 1 (system + user message, at least) came from the store, not from the system prompt
+    reused = client.backend.stats["reused"] - before["reused"]
+    assert reused >= sum(client.message_boundaries(r)[-1] for r in first_round)
+    assert client.backend.stats["anchor"] == before["anchor"]
+    computed = client.backend.stats["computed"] - before["computed"]
+    total = sum(len(client.prompt_ids(r)) for r in second_round)
+    assert computed < total - reused + len(second_round)  # only the new tokens ran
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(onnx_folder: Path) -> None:
+    batch = requests([], max_tokens=16, temperature=1.0, seed=7)
+    first = fast(onnx_folder).complete_many(batch)
+    assert [r.text for r in fast(onnx_folder).complete_many(batch)] == [r.text for r in first]
+    one_by_one = fast(onnx_folder, batch_size=1).complete_many(batch)
+    assert [r.text for r in one_by_one] == [r.text for r in first]
+    other = fast(onnx_folder).complete_many(requests([], max_tokens=16, temperature=1.0, seed=8))
+    assert [r.text for r in other] != [r.text for r in first]
+    greedy = fast(onnx_folder).complete_many(requests([], max_tokens=16))
+    assert [r.text for r in greedy] != [r.text for r in first]
+
+
+def test_rollouts_with_the_onnx_agent_backend_equal_transformers(tiny_llama: Path, solar, toolbox,  # noqa: ANN001
+                                                                 tmp_path: Path) -> None:
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.models import load_agent_model
+    from pipelines.agent.protocols import OmneProtocol
+    from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+    from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
+    from pipelines.llm.onnx_backend import OnnxBackend
+
+    agent = solar.agent.model_copy(update={"backend": "onnx", "batch_size": 3})
+    params = solar.model_copy(update={"agent": agent, "paths": solar.paths.model_copy(
+        update={"artifacts": str(tmp_path / "artifacts")})})
+    client = load_agent_model(str(tiny_llama), params)
+    assert isinstance(client.backend, OnnxBackend) and client.model.endswith("-onnx-fp32")
+    assert (params.artifacts_dir / "models" / "onnx").is_dir()
+    tasks = [Task(qa_id=str(i), domain="solar", question=q, gold_answers=["Phobos"]) for i, q in enumerate(
+        ["Which moon orbits Mars?", "What orbits the Sun?", "Phobos?", "Which planet has the moon Deimos?"])]
+    tools = InProcessToolClient(toolbox)
+    protocol = OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=2)
+    run_params = RolloutParams(max_new_tokens=24, batch_size=3)
+    ours = RolloutEngine(client, protocol, tools, run_params).run(tasks, progress=False)
+    ref = RolloutEngine(reference(tiny_llama, batch_size=3), protocol, tools, run_params).run(tasks, progress=False)
+    for a, b in zip(ours, ref, strict=True):
+        assert (a.messages, a.generated_tokens, a.finish) == (b.messages, b.generated_tokens, b.finish)
+    shutil.rmtree(params.artifacts_dir / "models" / "onnx")
