@@ -392,6 +392,25 @@ def qa_stats(ctx: click.Context, as_json: bool) -> None:
         print_qa_stats(stats)
 
 
+@qa.command("report")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all of the dataset's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--samples", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Sampled questions per domain and bucket (1/2-hop, 3+).")
+@click.pass_context
+def qa_report(ctx: click.Context, names: tuple[str, ...], as_json: bool, samples: int) -> None:
+    """How the built dataset's questions read (docs/qa.md, "Quality report"): per domain and hop count, words per
+    question, clause depth, leaks, form problems, the share guessable from the question alone, and samples."""
+    from pipelines.qa.report import qa_quality_report
+    from pipelines.tables import print_qa_report
+
+    report = qa_quality_report(_params(ctx), list(names) or None, samples=samples)
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        print_qa_report(report)
+
+
 @cli.group()
 def sft() -> None:
     """Stage 2: multi-turn SFT conversations and training with the weighted think-loss."""

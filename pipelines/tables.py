@@ -58,6 +58,30 @@ def print_qa_stats(stats: dict[str, Any]) -> None:
     console().print(table)
 
 
+def print_qa_report(report: Any) -> None:
+    """The QA quality report (``pipelines.qa.report.QAReport``): one row per domain and hop count, then the
+    sampled questions of each domain and bucket."""
+    table = _table("omne QA quality", ["domain", "hops", "n", "words med", "p95", "max", "depth max", "depth>=2",
+                                       "leaks", "form problems", "guessable"], ("domain", "hops"))
+    for domain in report.domains:
+        for r in domain.rows:
+            table.add_row(r.domain, r.hops, f"{r.questions:,}", f"{r.words_median:g}", f"{r.words_p95:g}",
+                          str(r.words_max), str(r.depth_max), f"{r.depth_ge2_share:.1%}", str(r.leaks),
+                          str(r.form_problems), f"{r.guessable_share:.1%}", end_section=r.hops == "all")
+    out = console()
+    out.print(table)
+    out.print(f"guessable: {report.guessable_rule}", highlight=False)
+    for domain in report.domains:
+        for bucket, samples in domain.samples.items():
+            if not samples:
+                continue
+            shown = _table(f"{domain.domain}, {bucket}-hop: {len(samples)} sampled questions",
+                           ["hops", "question", "answer"], ("question", "answer"))
+            for sample in samples:
+                shown.add_row(str(sample.hops), sample.question, sample.answer)
+            out.print(shown)
+
+
 def print_eval_table(runs: list) -> None:
     """One row per run and group: EM, normalised EM, F1, Hit@1, tool calls and tokens per question."""
     table = _table("omne evaluation", ["run", "group", "n", "EM", "norm EM", "F1", "Hit@1", "answered", "calls/q",

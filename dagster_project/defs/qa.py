@@ -18,6 +18,7 @@ from pipelines.qa.checks import (
     check_subgraph_sizes,
 )
 from pipelines.qa.expectations import QA_TABLE_CHECKS, validate_qa_table
+from pipelines.qa.report import qa_quality_report, report_markdown
 
 
 class QAPairsConfig(dg.Config):
@@ -83,9 +84,16 @@ def qa_dataset(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
                                  generic_words=qa_build.read_generic_words(params))
     stats = result.stats
     preview = table.select("id", "domain", "bucket", "split", "question", "answer").head(20).to_pandas()
+    quality = qa_quality_report(params)  # docs/qa.md, "Quality report"
+    overall = [d.overall for d in quality.domains]
     return artifact_result(
         result, {"stats": dg.MetadataValue.json(stats), "per_domain": dg.MetadataValue.md(_stats_markdown(stats)),
-                 "preview": dg.MetadataValue.md(preview.to_markdown(index=False))},
+                 "preview": dg.MetadataValue.md(preview.to_markdown(index=False)),
+                 "quality": dg.MetadataValue.md(report_markdown(quality, with_samples=True)),
+                 "quality_leaks": sum(r.leaks for r in overall),
+                 "quality_form_problems": sum(r.form_problems for r in overall),
+                 "quality_words_max": max((r.words_max for r in overall), default=0),
+                 "quality_guessable": sum(r.guessable for r in overall)},
         [asset_check_result(o) for o in outcomes],
     )
 

@@ -37,6 +37,7 @@ from pipelines.atomic import atomic_directory
 from pipelines.eval.schema import BUCKETS, HEADLINE_FIELDS, HOP_GROUPS, SCORE_FIELDS, SCORE_LABELS, EvalMetrics, Scores
 from pipelines.manifest import Manifest, new_manifest, sha256_files, write_manifest
 from pipelines.qa.models import GoldPath, GoldPathItem
+from pipelines.qa.report import QAReport
 
 METRICS_FILE = "metrics.json"
 SUMMARY_FILE = "summary.json"  # the flat numbers alone: what `dvc metrics show` tabulates best
@@ -73,11 +74,13 @@ _TAG_RE = re.compile(r"<(/?)(" + "|".join(re.escape(t) for t in _PART_KIND) + r"
 # --------------------------------------------------------------------------------------------- public
 
 def write_report(folder: Path, metrics: EvalMetrics, trajectories: list[Trajectory], *,
-                 gold_paths: dict[str, GoldPath] | None, inputs: dict[str, str], params: dict) -> Path:
+                 gold_paths: dict[str, GoldPath] | None, inputs: dict[str, str], params: dict,
+                 qa_quality: QAReport | None = None) -> Path:
     """Write the report of one evaluation run into ``folder`` (artifacts/reports/<run>/), atomically.
 
     ``gold_paths`` maps a QA id to its gold paths (shown beside each episode; None: none known).
-    ``inputs`` (path -> sha256) and ``params`` go into the manifest as they are. Returns ``folder``.
+    ``inputs`` (path -> sha256) and ``params`` go into the manifest as they are; ``qa_quality`` (the QA
+    dataset's quality report, pipelines.qa.report) becomes the page's "Questions" section. Returns ``folder``.
     """
     gold_paths = gold_paths or {}
     summary = flat_metrics(metrics)
@@ -92,7 +95,8 @@ def write_report(folder: Path, metrics: EvalMetrics, trajectories: list[Trajecto
         (tmp / PLOTS_DIR).mkdir()
         for name, png in plots.items():
             (tmp / PLOTS_DIR / f"{name}.png").write_bytes(png)
-        (tmp / HTML_FILE).write_text(render_html(metrics, trajectories, gold_paths, plots, summary), encoding="utf-8")
+        (tmp / HTML_FILE).write_text(render_html(metrics, trajectories, gold_paths, plots, summary, qa_quality),
+                                     encoding="utf-8")
         data_files = sorted(p for p in tmp.rglob("*") if p.is_file())
         correct = sum(t.correct is True for t in trajectories)
         manifest: Manifest = new_manifest(
@@ -330,7 +334,7 @@ def _distribution_plot(values: list[int], trajectories: list[Trajectory], title:
 # ----------------------------------------------------------------------------------------------- HTML
 
 def render_html(metrics: EvalMetrics, trajectories: list[Trajectory], gold_paths: dict[str, GoldPath],
-                plots: dict[str, bytes], summary: dict[str, Any]) -> str:
+                plots: dict[str, bytes], summary: dict[str, Any], qa_quality: QAReport | None = None) -> str:
     systems: dict[str, int] = {}
     episodes = [episode_view(i, t, gold_paths.get(t.qa_id), systems) for i, t in enumerate(trajectories)]
     data = {"run": metrics.run, "episodes": episodes, "systems": list(systems)}
@@ -352,6 +356,7 @@ def render_html(metrics: EvalMetrics, trajectories: list[Trajectory], gold_paths
                                                   for k, label in EFFICIENCY_LABELS.items()]),
         behaviour=_kv_table("behaviour-table", _behaviour_rows(metrics)),
         repeats=_repeats_table(metrics),
+        quality=_quality_section(qa_quality),
         plots=plot_html,
         data=script_json(data),
         js=_asset("report.js"),
@@ -384,6 +389,25 @@ def _scores_table(metrics: EvalMetrics) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("group", "key", "n", *(SCORE_LABELS[f] for f in SCORE_FIELDS)))
     return (f'<table id="metrics-table" data-testid="metrics-table"><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table>")
+
+
+def _quality_section(report: QAReport | None) -> str:
+    """The QA dataset's quality figures per domain and hop count (docs/qa.md, "Quality report"); "" without."""
+    if report is None or not report.domains:
+        return ""
+    e = html.escape
+    head = "".join(f"<th>{h}</th>" for h in ("domain", "hops", "questions", "words median", "p95", "max",
+                                               "depth max", "depth>=2", "leaks", "form problems", "guessable"))
+    body = "".join(
+        f'<tr data-testid="quality-row" data-domain="{e(r.domain)}" data-hops="{e(r.hops)}"><th>{e(r.domain)}</th>'
+        f"<td>{e(r.hops)}</td><td>{r.questions}</td><td>{r.words_median:g}</td><td>{r.words_p95:g}</td>"
+        f"<td>{r.words_max}</td><td>{r.depth_max}</td><td>{r.depth_ge2_share:.1%}</td><td>{r.leaks}</td>"
+        f"<td>{r.form_problems}</td><td>{r.guessable_share:.1%}</td></tr>" for r in report.rows())
+    return (f'<section id="questions" data-testid="questions"><h2>Questions</h2>'
+            f"<p>How the QA dataset's questions of the evaluated domains read (all splits): words per question, "
+            f"relative-clause depth, leaked names, form problems; guessable: {e(report.guessable_rule)}.</p>"
+            f'<table id="quality-table" data-testid="quality-table"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></section>\n")
 
 
 def _behaviour_rows(metrics: EvalMetrics) -> list[tuple[str, str]]:

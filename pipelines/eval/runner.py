@@ -38,6 +38,7 @@ from pipelines.llm.base import ChatClient
 from pipelines.manifest import read_manifest, relative_path
 from pipelines.qa.build import GOLD_FILE, read_jsonl
 from pipelines.qa.models import GoldPath, QAPair
+from pipelines.qa.report import QAReport, qa_quality_report
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,13 @@ class SplitSource(QuestionSource):
 
     def gold_paths(self) -> dict[str, GoldPath]:
         return load_gold_paths(self.params)
+
+    def qa_quality(self) -> QAReport | None:
+        """The dataset's quality figures for the evaluated domains (docs/qa.md, "Quality report"), no samples."""
+        try:
+            return qa_quality_report(self.params, sorted({p.domain for p in self.pairs}), samples=0)
+        except ArtifactMissingError:  # split files without the dataset's table (a hand-made project)
+            return None
 
     def inputs(self, root: Path) -> dict[str, str]:
         folder = qa_dir(self.params.artifacts_dir, "dataset")
@@ -230,7 +238,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
                "profile": params.profile, "wall_time_s": round(time.perf_counter() - started, 2),
                **source.report_params(params.root)}
     folder = write_report(report_dir(params.artifacts_dir, run), metrics, trajectories, gold_paths=gold,
-                          inputs=source.inputs(params.root), params=shaping)
+                          inputs=source.inputs(params.root), params=shaping, qa_quality=source.qa_quality())
     return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=source.summary(params.root))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import Protocol
@@ -20,6 +20,9 @@ from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params
 from pipelines.llm.base import ChatClient
 from pipelines.qa.models import GoldPath
+
+if TYPE_CHECKING:
+    from pipelines.qa.report import QAReport
 
 
 class QuestionSource(ABC):
@@ -48,6 +51,10 @@ class QuestionSource(ABC):
     def report_params(self, root: Path) -> dict[str, Any]:
         """Entries the report's params gain beside the model, protocol and settings (none by default)."""
         return {}
+
+    def qa_quality(self) -> QAReport | None:
+        """The QA quality report of the questions' dataset, shown in report.html (None: not a built QA dataset)."""
+        return None
 
     def engine(self, client: ChatClient, protocol: Protocol, tools: ToolClient | None, params: RolloutParams,
                *, name: str | None = None) -> RolloutEngine:
