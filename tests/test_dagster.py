@@ -126,6 +126,9 @@ def test_qa_assets_materialize_with_their_checks(tmp_path: Path) -> None:
         assert checks[name], out["checks"][name]
     assert all(checks.values()), out["checks"]
     assert out["metadata"]["qa_pairs"]["stat_pairs"] == 20 and out["metadata"]["qa_dataset"]["rows_pairs"] == 20
+    quality = out["metadata"]["qa_dataset"]  # the QA quality report (docs/qa.md, "Quality report")
+    assert quality["quality_leaks"] == 0 and quality["quality_form_problems"] == 0
+    assert "| chemistry | all | 20 |" in quality["quality"] and 0 < quality["quality_words_max"] <= 45
     assert (project / "artifacts" / "qa" / "dataset" / "qa.parquet").is_file()
 
 
