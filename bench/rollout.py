@@ -28,6 +28,13 @@ the trajectories (messages) are the same in both (greedy); where they differ, wh
 top-2 logit margin of the model at the first differing token). Target (PASS/MISS, never asserted):
 batched >= 5x the sequential questions/s.
 
+``--fast onnx`` (the default) also runs both engines on the ONNX Runtime backend (``agent.backend: onnx``, the
+model converted once, ``--onnx-precision``) in turn with the others, and times batch-1 decoding of both backends
+(the same long reply, ``--decode-tokens`` tokens: the time of those tokens minus the time of the first one).
+Ratios against today's transformers path in the same process: batch-1 decode tokens/s, and the fast batched
+engine's questions/s against the transformers sequential loop's (targets: >= 5x each); its trajectories are
+compared with the transformers ones (same greedy answers, or where and why not).
+
 See docs/benchmarks.md for the method and the results.
 """
 
@@ -240,6 +247,8 @@ def timed_run(label: str, engine: RolloutEngine, tasks: list[Task], recorder: Ge
         clear()  # and with no stored prompt states (the system prompt is computed once in every run)
     if recorder is not None:
         recorder.reset()
+    backend = getattr(engine.client, "backend", None)
+    backend_before = dict(backend.stats) if backend is not None and recorder is None else None
     with Stage(interval=0.05) as stage:  # a coarse RSS sampler: its thread would compete for the GIL
         trajectories = engine.run(tasks, progress=progress)
     wall = stage.wall_s
@@ -260,10 +269,21 @@ def timed_run(label: str, engine: RolloutEngine, tasks: list[Task], recorder: Ge
     }
     if recorder is not None:
         m.update(recorder.record(generated, wall))
+    elif backend_before is not None:
+        stats = engine.client.backend.stats
+        delta = {k: stats[k] - backend_before.get(k, 0) for k in stats}
+        m.update({"prefill_s": round(delta.get("prefill_seconds", 0.0), 4), "decode_s": round(
+            delta.get("decode_seconds", 0.0), 4), "prefill_positions": int(delta.get("computed", 0)),
+            "reused_positions": int(delta.get("reused", 0)), "anchor_positions": int(delta.get("anchor", 0)),
+            "decode_steps": int(delta.get("decode_steps", 0)), "row_steps": int(delta.get("row_steps", 0)),
+            "decode_ms_per_step": round(delta.get("decode_seconds", 0.0) / max(delta.get("decode_steps", 0), 1)
+                                        * 1000, 2)})
     log.info("    %-22s %7.2f s: %.3f questions/s, %.1f generated tokens/s, %d turns, %d KG calls (%.3f s in tools%s)",
              label, wall, m["questions_per_s"], m["generated_tokens_per_s"], turns, len(calls), tool_s,
              f", {recorder.seconds:.2f} s in {recorder.calls} generate calls, of which prefill "
-             f"{recorder.prefill_seconds:.2f} s" if recorder is not None else "")
+             f"{recorder.prefill_seconds:.2f} s" if recorder is not None else
+             f", prefill {m.get('prefill_s', 0):.2f} s, decoding {m.get('decode_s', 0):.2f} s" if "decode_s" in m
+             else "")
     return trajectories, m
 
 
@@ -271,6 +291,34 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The fastest run's figures, with every run's wall time (merge_runs: least CPU, largest peak memory)."""
     best = min(runs, key=lambda r: r["wall_s"])
     return {**best, **merge_runs(runs), "runs": runs}
+
+
+DECODE_PROMPT = "Count from 1 to 500, one number per line, and nothing else."
+
+
+def decode_rate(client: Any, tokens: int, repeat: int) -> dict[str, Any]:
+    """Batch-1 decoding speed of a client: the same greedy reply of up to ``tokens`` tokens and of 1 token, timed
+    in turn (best of ``repeat``) after an untimed call that stores the prompt; tokens/s = (reply tokens - 1) /
+    (time of the long reply - time of the 1-token reply), so the prompt's cost cancels out."""
+    messages = [{"role": "user", "content": DECODE_PROMPT}]
+    long_request = ChatRequest(messages=messages, max_tokens=tokens, tag="bench.decode")
+    short_request = long_request.model_copy(update={"max_tokens": 1})
+    client.clear_prefix_cache()
+    client.complete_many([short_request])
+    best_long = best_short = math.inf
+    reply = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        client.complete_many([short_request])
+        best_short = min(best_short, time.perf_counter() - start)
+        start = time.perf_counter()
+        reply = client.complete_many([long_request])[0]
+        best_long = min(best_long, time.perf_counter() - start)
+    generated = getattr(reply, "completion_tokens", 0)
+    seconds = max(best_long - best_short, 1e-9)
+    return {"tokens": generated, "long_s": round(best_long, 4), "short_s": round(best_short, 4),
+            "tokens_per_s": round((generated - 1) / seconds, 2) if generated > 1 else None,
+            "text": getattr(reply, "text", "")[:120]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,6 +411,10 @@ def render(results: dict[str, Any]) -> str:
     if plain:
         rows += [("sequential, plain", plain["sequential"], plain["sequential"]),
                  ("batched, plain", plain["batched"], plain["sequential"])]
+    fast = results.get("fast")
+    if fast:
+        rows += [(f"{fast['backend']} sequential", fast["sequential"], s),
+                 (f"{fast['backend']} batched", fast["batched"], s)]
     for label, m, base in rows:
         x = base["wall_s"] / m["wall_s"]
         out.append(f"{label:<20} {m['wall_s']:>8.2f} {m['cpu_s']:>8.2f} {m['questions_per_s']:>11.3f} "
@@ -389,11 +441,36 @@ def render(results: dict[str, Any]) -> str:
                    f"{plain['gain_batched']:.2f}x batched; batched with the cache is "
                    f"{plain['batched_vs_plain_sequential']:.2f}x "
                    f"the plain sequential loop.")
+    if fast:
+        d = fast["decode"]
+        out += [(f"{fast['backend']} rows: the same engines generating with ONNX Runtime ({fast['precision']}, "
+                 f"converted in {fast['convert_s']:.1f} s); x = the transformers sequential wall time / this one's. "
+                 f"{fast['backend']} batched = {fast['batched_vs_transformers_batched']:.2f}x transformers batched, "
+                 f"{fast['sequential_vs_transformers_sequential']:.2f}x sequential vs sequential."),
+                (f"batch-1 decoding ({d['transformers']['tokens']} tokens, best of {setup['repeat']}): transformers "
+                 f"{d['transformers']['tokens_per_s']} tokens/s, {fast['backend']} {d['fast']['tokens_per_s']} "
+                 f"tokens/s: {fast['decode_ratio']}x; same reply: {str(d['same_reply']).lower()}")]
+        fc = fast["comparison"]
+        out.append(f"{fast['backend']} batched vs transformers sequential: same trajectories "
+                   f"{str(fc['same_trajectories']).lower()} ({fc['differing']} of {fc['compared']} differ, same answer "
+                   f"in {fc['same_answers']})")
+        for e in fc["examples"]:
+            margin = e.get("top2_at_difference") or {}
+            why = (f"; top-2 at that token {margin['top2']} logit margin {margin['margin']:.4g}"
+                   if "margin" in margin else "")
+            out.append(f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
+                       f"{e['sequential'][:24]!r} (transformers) vs {e['batched'][:24]!r} ({fast['backend']}){why}")
     if "generate_calls" in b:
         head = (f"{'inside generate':<20} {'calls':>5} {'rows':>5} {'prefill s':>9} {'prompt pos':>10} {'reused':>8} "
                 f"{'decode s':>8} {'steps':>5} {'ms/step':>7} {'kept':>5}")
         out += ["", head, "-" * len(head)]
         for label, m, _ in rows:
+            if "generate_calls" not in m:
+                out.append(f"{label:<20} {'-':>5} {'-':>5} {m.get('prefill_s', 0):>9.2f} "
+                           f"{m.get('prefill_positions', 0):>10,} {m.get('reused_positions', 0):>8,} "
+                           f"{m.get('decode_s', 0):>8.2f} {m.get('decode_steps', 0):>5} "
+                           f"{m.get('decode_ms_per_step', 0):>7.1f} {'':>5}")
+                continue
             out.append(f"{label:<20} {m['generate_calls']:>5} {m['generate_rows']:>5} {m['prefill_s']:>9.2f} "
                        f"{m['prefill_positions']:>10,} {m.get('reused_positions', 0):>8,} {m['decode_s']:>8.2f} "
                        f"{m['decode_steps']:>5} {m['decode_ms_per_step']:>7.1f} "
@@ -444,7 +521,7 @@ def render(results: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 TOY = {"questions": 2, "split": "train", "batch_size": 2, "max_new_tokens": 8, "max_rounds": 2, "repeat": 1,
-       "device": "cpu", "diagnose": 1, "force_tool_call": True}
+       "device": "cpu", "diagnose": 1, "force_tool_call": True, "decode_tokens": 16}
 
 
 def build_parser() -> BenchParser:
@@ -505,13 +582,20 @@ def build_parser() -> BenchParser:
                         help="differing trajectories to explain (first differing token, top-2 logits at it)")
     parser.add_argument("--require-same", action="store_true",
                         help="exit with status 1 when the sequential and batched trajectories differ")
+    parser.add_argument("--fast", choices=("onnx", "none"), default="onnx",
+                        help="also run both engines on this fast backend (agent.backend), in turn with the others, and "
+                             "time batch-1 decoding of both backends; none: transformers only")
+    parser.add_argument("--onnx-precision", choices=("fp32", "int4"), default="fp32",
+                        help="the ONNX conversion: fp32 (same numbers as transformers) or int4 (4-bit weights)")
+    parser.add_argument("--decode-tokens", type=int, default=128, metavar="N",
+                        help="reply length of the batch-1 decoding measurement (a long greedy reply)")
     return parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("questions", "batch_size", "max_new_tokens", "max_rounds", "repeat"):
+    for name in ("questions", "batch_size", "max_new_tokens", "max_rounds", "repeat", "decode_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("threads", "diagnose"):
@@ -576,18 +660,34 @@ def main(argv: list[str] | None = None) -> int:
     batched = RolloutEngine(client, protocol, tools, base.model_copy(update={"batch_size": args.batch_size}),
                             name=args.protocol)
 
+    fast_client, convert_s = None, 0.0
+    if args.fast != "none":  # the same model on the fast backend (converted once: cached by the model's identity)
+        t0 = time.perf_counter()
+        fast_params = params.model_copy(update={"agent": params.agent.model_copy(
+            update={"backend": args.fast, "onnx_precision": args.onnx_precision})})
+        fast_client = load_agent_model(args.model, fast_params)
+        fast_client.batch_size = args.batch_size
+        convert_s = time.perf_counter() - t0
+        log.info("fast backend %s (%s): %s, ready in %.1f s", args.fast, args.onnx_precision, fast_client.model,
+                 convert_s)
+
     # warm-up (untimed): first generate calls at batch 1 and batch 2, stop-string tables, tool paths
     t0 = time.perf_counter()
     warm = RolloutParams(max_new_tokens=min(8, args.max_new_tokens), temperature=0.0, batch_size=2, seed=seed)
-    RolloutEngine(client, protocol, tools, warm, name="warm-up").run(tasks[:2], progress=False)
-    RolloutEngine(client, protocol, tools, warm.model_copy(update={"batch_size": 1}), name="warm-up").run(
-        tasks[:1], progress=False)
+    for warm_client in [client] + ([fast_client] if fast_client is not None else []):
+        RolloutEngine(warm_client, protocol, tools, warm, name="warm-up").run(tasks[:2], progress=False)
+        RolloutEngine(warm_client, protocol, tools, warm.model_copy(update={"batch_size": 1}), name="warm-up").run(
+            tasks[:1], progress=False)
     log.info("warm-up in %.1f s", time.perf_counter() - t0)
 
     progress = sys.stderr.isatty()
     variants = [("sequential", sequential, False), ("batched", batched, False)]
     if args.compare_plain:
         variants += [("sequential_plain", sequential, True), ("batched_plain", batched, True)]
+    if fast_client is not None:
+        variants += [("fast_sequential", RolloutEngine(fast_client, protocol, tools, base, name=args.protocol), False),
+                     ("fast_batched", RolloutEngine(fast_client, protocol, tools, base.model_copy(
+                         update={"batch_size": args.batch_size}), name=args.protocol), False)]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in variants}
     signatures: dict[str, list[tuple]] = {label: [] for label, _, _ in variants}
     kept: dict[str, list[Trajectory]] = {}
@@ -599,7 +699,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, engine, plain in variants:
             kept[label] = []  # let the previous run's trajectories go first
             with plain_path(client, plain):
-                kept[label], m = timed_run(label, engine, tasks, recorder, progress)
+                kept[label], m = timed_run(label, engine, tasks, recorder if engine.client is client else None,
+                                           progress)
             runs[label].append(m)
             signatures[label].append(tuple(signature(t) for t in kept[label]))
 
@@ -621,6 +722,28 @@ def main(argv: list[str] | None = None) -> int:
                                                 protocol.assistant_prefix(), args.diagnose),
             "same_as_plain_batched": compare(kept["batched"], kept["batched_plain"], client,
                                              protocol.assistant_prefix(), args.diagnose)}
+    fast_results = None
+    if fast_client is not None:
+        log.info("batch-1 decoding: up to %d tokens, transformers then %s, best of %d", args.decode_tokens, args.fast,
+                 args.repeat)
+        decode_ref = decode_rate(client, args.decode_tokens, args.repeat)
+        decode_fast = decode_rate(fast_client, args.decode_tokens, args.repeat)
+        fseq, fbat = best_of(runs["fast_sequential"]), best_of(runs["fast_batched"])
+        fast_results = {
+            "backend": args.fast, "precision": args.onnx_precision, "model": fast_client.model,
+            "convert_s": round(convert_s, 2), "sequential": fseq, "batched": fbat,
+            "batched_vs_transformers_sequential": round(seq_m["wall_s"] / fbat["wall_s"], 3),
+            "batched_vs_transformers_batched": round(bat_m["wall_s"] / fbat["wall_s"], 3),
+            "sequential_vs_transformers_sequential": round(seq_m["wall_s"] / fseq["wall_s"], 3),
+            "decode": {"transformers": decode_ref, "fast": decode_fast,
+                       "same_reply": decode_ref["text"] == decode_fast["text"]},
+            "decode_ratio": ratio(decode_fast["tokens_per_s"], decode_ref["tokens_per_s"]),
+            "comparison": compare(kept["sequential"], kept["fast_batched"], client, protocol.assistant_prefix(),
+                                  args.diagnose),
+            "same_as_transformers_sequential": compare(kept["sequential"], kept["fast_sequential"], client,
+                                                       protocol.assistant_prefix(), args.diagnose)}
+        log.info("%s: batch-1 decoding %sx transformers; batched %.2fx the transformers sequential loop", args.fast,
+                 fast_results["decode_ratio"], fast_results["batched_vs_transformers_sequential"])
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
     results: dict[str, Any] = {
         "benchmark": "rollout",
@@ -644,10 +767,19 @@ def main(argv: list[str] | None = None) -> int:
         "comparison": comparison,
         "determinism": {label: len(set(sigs)) == 1 for label, sigs in signatures.items()},
         **({"plain": plain_results} if plain_results else {}),
+        **({"fast": fast_results} if fast_results else {}),
     }
     results["machine"]["load_average_at_end"] = load_average()
     results["targets"] = [{"target": f"batched (batch {args.batch_size}) >= {TARGET_SPEEDUP:g}x sequential questions/s",
                            "value": speedup, "unit": "x", "pass": speedup >= TARGET_SPEEDUP}]
+    if fast_results:
+        decode_x = fast_results["decode_ratio"]
+        results["targets"] += [
+            {"target": f"{args.fast} batch-1 decoding >= {TARGET_SPEEDUP:g}x transformers tokens/s",
+             "value": decode_x or 0.0, "unit": "x", "pass": None if decode_x is None else decode_x >= TARGET_SPEEDUP},
+            {"target": f"{args.fast} batched (batch {args.batch_size}) >= {TARGET_SPEEDUP:g}x transformers "
+                       f"sequential questions/s", "value": fast_results["batched_vs_transformers_sequential"],
+             "unit": "x", "pass": fast_results["batched_vs_transformers_sequential"] >= TARGET_SPEEDUP}]
     log.info("batched %.2f s vs sequential %.2f s: %.2fx; same trajectories: %s (%d of %d differ)", bat_m["wall_s"],
              seq_m["wall_s"], speedup, comparison["same_trajectories"], comparison["differing"], comparison["compared"])
     write_results(results, render(results), args.out, started)

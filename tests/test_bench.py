@@ -161,7 +161,11 @@ def check_rollout(results: dict[str, Any]) -> list[str]:
     assert results["sequential"]["questions"] == results["batched"]["questions"] == 2
     assert results["sequential"]["turns"] >= 2 and results["batched"]["generated_tokens"] > 0
     assert isinstance(results["comparison"]["same_trajectories"], bool)
-    return ["ratio", "speedup", "sequential.questions_per_s", "batched.questions_per_s"]
+    fast = results["fast"]  # the onnx backend: same engines, batch-1 decoding of both backends
+    assert fast["backend"] == "onnx" and fast["batched"]["questions"] == 2 and fast["decode"]["fast"]["tokens"] > 1
+    assert fast["comparison"]["compared"] == 2 and isinstance(fast["comparison"]["same_trajectories"], bool)
+    return ["ratio", "speedup", "sequential.questions_per_s", "batched.questions_per_s", "fast.decode_ratio",
+            "fast.batched_vs_transformers_sequential"]
 
 
 def check_rl_curve(results: dict[str, Any]) -> list[str]:
