@@ -301,6 +301,36 @@ def qa_seeds(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
                    f"seed subgraphs, {meta['size_min']}-{meta['size_max']} nodes -> {result.folder}")
 
 
+@qa.command("phrases")
+@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--write", is_flag=True, help="Write kg_assets/<domain>/phrases.yaml (entries already there are kept).")
+@click.pass_context
+def qa_phrases(ctx: click.Context, names: tuple[str, ...], write: bool) -> None:
+    """Draft the relation phrases the offline question writer uses (docs/qa.md, "Relation phrases").
+
+    Prints, per relation label of the built KG, the statement, the two questions and the two noun phrases the
+    rules derive from the label and the relations' descriptions; with --write saves them beside the domain's
+    sources, where a fix to one phrase changes every question that uses it (the QA pairs are rebuilt).
+    """
+    from pipelines.qa.build import draft_phrases, phrases_file
+    from pipelines.qa.phrases import write_lexicon
+
+    params = _params(ctx)
+    for domain in _selected(params, names):
+        lexicon = draft_phrases(domain.name, params)
+        path = phrases_file(params, domain.name)
+        if write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_lexicon(path, lexicon, domain.name)
+            click.echo(f"{domain.name}: {len(lexicon.relations)} relation labels -> {path}")
+        else:
+            click.echo(f"# {domain.name} ({path})")
+            import yaml
+
+            click.echo(yaml.safe_dump(lexicon.model_dump(exclude_none=True), sort_keys=False, allow_unicode=True,
+                                      width=120))
+
+
 @qa.command("generate")
 @click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
 @click.option("--generator", type=click.Choice(["template", "llm"]),

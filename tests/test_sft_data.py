@@ -114,7 +114,7 @@ def test_path_thoughts_walk_the_path_relation_by_relation() -> None:
         "The question starts from Shamal Darfur. I look it up in the geography knowledge graph first.",
         "Shamal Darfur is in the graph. Its relations show where the question leads.",
         "Shamal Darfur is subdivision of Sudan, so the question continues from Sudan. I look at its relations next.",
-        'Sudan has a "capital" relation to Khartoum. That answers the question: Khartoum.']
+        "Sudan has the capital Khartoum. That answers the question: Khartoum."]
     one = path_thoughts(nodes[:2], edges[:1], "geography", "Sudan")
     assert len(one) == 3 and one[-1] == "Shamal Darfur is subdivision of Sudan. That answers the question: Sudan."
 
@@ -143,7 +143,7 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
     assert reading is not None
     assert reading.sentences == ["Abu Dhabi is the capital of United Arab Emirates",
                                  "United Arab Emirates uses the UAE Dirham"]
-    assert reading.remaining == ["United Arab Emirates uses which currency?"]
+    assert reading.remaining == ["Which currency does United Arab Emirates use?"]
     assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", reading)[2:] == [
         "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: United Arab Emirates uses which "
         "currency?",

@@ -39,8 +39,9 @@ from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
 from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
 from pipelines.qa.gold import gold_paths
 from pipelines.qa.models import GoldPath, QAPair
+from pipelines.qa.paraphrase import PARAPHRASES_FILE, ParaphraseResult
 from pipelines.qa.paths import RelationGraph
-from pipelines.qa.phrases import PHRASES_FILE, read_lexicon
+from pipelines.qa.phrases import PHRASES_FILE, PhraseLexicon, draft_lexicon, read_lexicon
 from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,18 @@ def relation_graph(domain: str, params: Params) -> RelationGraph:
                          shared_labels=shared)
 
 
+def draft_phrases(domain: str, params: Params) -> PhraseLexicon:
+    """The domain's phrases file as the rules draft it from its built KG, keeping every entry the file already
+    has (a user's edits survive); labels of keyword-list graphs are left out (their edges are phrased one by one)."""
+    graph = relation_graph(domain, params)
+    labels: dict[str, list[tuple[str, str, str]]] = {}
+    if graph.shared_labels:
+        for rel, label in enumerate(graph.keywords):
+            labels.setdefault(label, []).append((graph.rel_descriptions[rel], graph.names[graph.src[rel]],
+                                                 graph.names[graph.dst[rel]]))
+    return draft_lexicon(labels, graph.types, graph.lexicon)
+
+
 def _phrases_inputs(params: Params, domain: str) -> dict[str, str]:
     path = phrases_file(params, domain)
     return sha256_files([path], params.root) if path.is_file() else {}
@@ -150,6 +163,10 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
         shaping.update(qa.model_dump(include={"show_descriptions", "max_prompt_relations", "judge"}))
         shaping["llm"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",
                                                  "json_repair_rounds"})
+    paraphrase = qa.paraphrase == "llm" and generator == "template"  # LLM questions are not rewritten
+    if paraphrase:  # only then: the fingerprints of builds without a paraphrase stay as they were
+        shaping["paraphrase"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",
+                                                        "json_repair_rounds"})
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
 
@@ -166,20 +183,34 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
         model = "template"
     else:
         raise ValueError(f"unknown generator {generator!r}: use template or llm")
-    return _write_pairs(domain, folder, result, inputs, shaping, usage, model, graph.generic_words)
+    rewritten = None
+    if paraphrase:  # docs/qa.md, "Paraphrase"
+        from pipelines.qa.paraphrase import paraphrase_pairs
+
+        chat = _client(params, client)
+        rewritten = paraphrase_pairs(graph, result.pairs, qa, llm, chat, domain=domain, progress=progress)
+        result = result.model_copy(update={"pairs": rewritten.pairs})
+        usage = chat.usage.model_dump()
+    return _write_pairs(domain, folder, result, inputs, shaping, usage, model, graph.generic_words, rewritten)
 
 
 def _write_pairs(domain: str, folder: Path, result: GenerationResult, inputs: dict[str, str],
-                 shaping: dict[str, Any], usage: dict[str, Any], model: str, generic: frozenset[str]) -> BuildResult:
+                 shaping: dict[str, Any], usage: dict[str, Any], model: str, generic: frozenset[str],
+                 rewritten: ParaphraseResult | None = None) -> BuildResult:
     with atomic_directory(folder) as tmp:
         rows = write_jsonl(tmp / PAIRS_FILE, result.pairs)
         write_jsonl(tmp / ATTEMPTS_FILE, result.attempts)
         (tmp / GENERIC_WORDS_FILE).write_text(json.dumps(sorted(generic), ensure_ascii=False) + "\n", encoding="utf-8")
+        files = [tmp / PAIRS_FILE, tmp / ATTEMPTS_FILE, tmp / GENERIC_WORDS_FILE]
+        metadata: dict[str, Any] = {"generator": model, "stats": result.stats(), "llm_usage": usage}
+        if rewritten is not None:  # every rewrite proposed, and what became of it
+            write_jsonl(tmp / PARAPHRASES_FILE, rewritten.outcomes)
+            files.append(tmp / PARAPHRASES_FILE)
+            metadata["paraphrase"] = rewritten.stats()
         manifest = new_manifest(
-            "qa_pairs", domain=domain,
-            files=sha256_files([tmp / PAIRS_FILE, tmp / ATTEMPTS_FILE, tmp / GENERIC_WORDS_FILE], tmp),
+            "qa_pairs", domain=domain, files=sha256_files(files, tmp),
             inputs=inputs, params=shaping, rows={"pairs": rows, "seed_attempts": len(result.attempts)},
-            metadata={"generator": model, "stats": result.stats(), "llm_usage": usage},
+            metadata=metadata,
         )
         write_manifest(tmp, manifest)
     return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from pipelines.qa.names import STOPWORDS, find_name
 
@@ -43,6 +43,7 @@ _SENTENCE_SPLIT = re.compile(r"<SEP>|\n|(?<=[.!?;])\s+(?=[A-Z\"'(])")
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
 _FIELDS = re.compile(r"\{(\w+)\}")
+_ARTICLE_BEFORE = re.compile(r"(?i)(?:^|(?<=\s))(?:the|a|an)\s+$")
 
 
 class RelationPhrases(BaseModel):
@@ -93,6 +94,10 @@ def read_lexicon(path: Path) -> PhraseLexicon:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         return PhraseLexicon.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
     except (yaml.YAMLError, ValueError) as exc:
         raise ConfigError(f"{path}: not a valid phrases file: {exc}") from None
 
@@ -229,7 +234,7 @@ def sentence_statement(sentence: str, head: str, tail: str) -> str | None:
     spans = sorted([(hs, he, "{head}"), (ts, te, "{tail}")])
     out, last = [], 0
     for start, end, field in spans:
-        out.append(sentence[last:start])
+        out.append(_ARTICLE_BEFORE.sub("", sentence[last:start]))  # "The {head}": the slot takes "a component"
         out.append(field)
         last = end
     out.append(sentence[last:])

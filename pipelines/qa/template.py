@@ -55,6 +55,7 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at most three in all)
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
 
@@ -66,6 +67,10 @@ class _Bridges:
         self.nouns = nouns  # by node index along the path
         self.total = Counter(nouns[1:-1])
         self.order: dict[int, int] = {}
+
+    def described(self, node: int) -> None:
+        """``node`` is described by a noun phrase, never introduced nor referred to: it does not count."""
+        self.total[self.nouns[node]] -= 1
 
     def introduce(self, node: int) -> str:
         noun = self.nouns[node]
@@ -153,12 +158,17 @@ def _bridge_sentences(phrases: list[RelationPhrases], forward: list[bool], start
     sentences, middle = [first], 1
     if k > 2 and first.endswith(bridges.introduce(1)):
         clause = _relative(phrases[1], forward[1], bridges.introduce(2))
-        if clause is not None:
+        if clause is not None:  # "X is a state or province of a country, which is in a subregion."
             sentences, middle = [f"{first}, {clause}"], 2
+    if middle == 1 and k > 2 and (described := _describe(phrases[0], forward[0], start_name, nouns[1])):
+        # "An isotope decays to the isotope that decays to Radium-217."
+        bridges = _Bridges(nouns)
+        bridges.described(1)
+        sentences, middle = [_state(phrases[1], forward[1], described, bridges.introduce(2))], 2
     for i in range(middle, k - 1):
         sentences.append(_state(phrases[i], forward[i], bridges.refer(i), bridges.introduce(i + 1)))
     final = _ask(phrases[-1], forward[-1], bridges.refer(k - 1), nouns[-1])
-    if final is None:
+    if final is None or len(sentences) > MAX_STATEMENTS:
         return None
     return " ".join([*(_sentence(s) + "." for s in sentences), _sentence(final)])
 
