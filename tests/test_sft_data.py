@@ -145,8 +145,8 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
                                  "United Arab Emirates uses the UAE Dirham"]
     assert reading.remaining == ["Which currency does United Arab Emirates use?"]
     assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", reading)[2:] == [
-        "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: United Arab Emirates uses which "
-        "currency?",
+        "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: Which currency does United Arab "
+        "Emirates use?",
         "United Arab Emirates uses the UAE Dirham. That answers the question: UAE Dirham."]
     assert path_reading(graph, ["Abu Dhabi", "Atlantis"], edges[:1]) is None  # not in the graph: plain thoughts
 
