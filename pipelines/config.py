@@ -99,6 +99,9 @@ class QAParams(_Section):
     """QA synthesis: how many seeds and questions, the generator, validation and splits."""
 
     generator: Literal["template", "llm"] = "template"
+    # llm: the LLM of `llm` rewrites each template question, re-checked by the same rules; a rejected or failed
+    # rewrite keeps the template text (docs/qa.md, "Paraphrase")
+    paraphrase: Literal["none", "llm"] = "none"
     random_seed: int = 0  # seed sampling, template paths and splits are deterministic given this
     seeds_per_domain: int = Field(600, ge=1)  # seed subgraphs sampled per domain (from the eligible ones)
     one_two_hop_per_domain: int = Field(150, ge=0)  # target QA pairs of the 1/2-hop bucket per domain

@@ -8,9 +8,9 @@ written atomically; these models are the boundary every reader and writer goes t
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Bucket = Literal["1-2", "3+"]
 Split = Literal["train", "val", "test"]
@@ -79,6 +79,16 @@ class QAPair(BaseModel):
     validation: Validation
     split: Split | None = None
     seed: int | None = None
+    # the template writer's question when an LLM paraphrase replaced it (qa.paraphrase: llm); left out of the
+    # stored record when None, so files written without a paraphrase keep their bytes and older files read as before
+    template_question: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_template(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("template_question") is None:
+            data.pop("template_question", None)
+        return data
 
 
 class GoldPathItem(BaseModel):

@@ -114,3 +114,27 @@ def gold_path_messages(question: str, answer: str, edges: list[tuple[str, str, s
         'Reply with JSON only: {"valid": true or false, "reason": "<one sentence>"}.',
     ])
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": content}]
+
+
+PARAPHRASE_SYSTEM = ("You rewrite questions so that they read as a person would write them, without changing what "
+                     "they ask. You reply with JSON only.")
+
+
+def paraphrase_messages(question: str, start: str, answer: str, relations: list[str],
+                        max_words: int) -> list[dict[str, str]]:
+    """Ask for a natural rewrite of a template question (qa.paraphrase: llm): same meaning and answer, the start
+    named as written, nothing else of the path named, short readable forms; JSON ``{"question": ...}``."""
+    content = "\n".join([
+        "Rewrite this question so that it reads naturally, as a person would ask it.",
+        f"Question: {question}",
+        f"It follows these relations of a knowledge graph, in order: {' -> '.join(relations)}",
+        "",
+        "Requirements:",
+        f'1. Ask exactly the same thing, so that the answer stays "{answer}": keep every step, add no condition.',
+        f'2. Name "{start}" exactly as it is written above. Name no other entity, and never the answer or any '
+        "word of it.",
+        f"3. Write one question of at most {max_words} words (two or three short sentences that end with one "
+        "question are fine). Do not put a relative clause inside another one.",
+        '4. Reply with JSON only, exactly: {"question": "..."}',
+    ])
+    return [{"role": "system", "content": PARAPHRASE_SYSTEM}, {"role": "user", "content": content}]
