@@ -355,6 +355,9 @@ def qa_generate(ctx: click.Context, names: tuple[str, ...], generator: str | Non
         cost = (f", {usage.get('requests', 0)} LLM requests ({usage.get('cached', 0)} cached), "
                 f"{usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens, "
                 f"${usage.get('cost_usd', 0.0):.4f}") if usage else ""
+        rewritten = result.manifest.metadata.get("paraphrase")
+        if rewritten:
+            cost += f", {rewritten['paraphrased']} paraphrased by {rewritten['model']} ({rewritten['kept']} kept)"
         click.echo(f"{domain.name}: {'up to date' if result.skipped else 'generated'}: {stats['pairs_1_2']} 1/2-hop + "
                    f"{stats['pairs_3_plus']} 3+ pairs, acceptance {stats['acceptance_rate']:.0%}{cost} "
                    f"-> {result.folder}")

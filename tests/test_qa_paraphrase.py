@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -30,7 +31,7 @@ from pipelines.qa.expectations import validate_qa_table
 from pipelines.qa.models import QAPair, qa_id
 from pipelines.qa.paraphrase import PARAPHRASES_FILE
 from pipelines.qa.prompts import PARAPHRASE_SYSTEM
-from tests.conftest import PROJECT_ROOT, make_project
+from tests.conftest import PROJECT_ROOT, cli_env, make_project
 from tests.test_qa import CHEMISTRY_REGISTRY
 
 pytestmark = pytest.mark.slow
@@ -115,6 +116,10 @@ def test_paraphrase_accepts_good_rewrites_keeps_the_rest_and_reruns_from_cache(
         assert app.state.log.total == sent  # every reply from the disk cache
         assert pairs_file.read_bytes() == paraphrased and again.manifest.metadata["paraphrase"] == meta
         assert again.manifest.metadata["llm_usage"]["cached"] == sent
+        shown = subprocess.run(["omne", "qa", "generate", "--domain", "chemistry", "--limit", "4"], cwd=params.root,
+                               env=cli_env(), capture_output=True, text=True, timeout=600)
+        assert shown.returncode == 0, shown.stderr
+        assert "up to date" in shown.stdout and "5 paraphrased by scripted-model (3 kept)" in shown.stdout
 
     # the paraphrased pairs go through gold paths, the dataset and its checks like any others
     build_gold_paths("chemistry", params, progress=False)

@@ -56,7 +56,8 @@ def qa_pairs(context: dg.AssetExecutionContext, config: QAPairsConfig, omne: Omn
     meta = result.manifest.metadata
     return artifact_result(
         result, {"generator": meta["generator"], **{f"stat_{k}": v for k, v in meta["stats"].items()},
-                 "llm_usage": dg.MetadataValue.json(meta.get("llm_usage") or {})},
+                 "llm_usage": dg.MetadataValue.json(meta.get("llm_usage") or {}),
+                 **({"paraphrase": dg.MetadataValue.json(meta["paraphrase"])} if meta.get("paraphrase") else {})},
         [asset_check_result(check_pairs_pass_rules(graph, pairs, params)),
          asset_check_result(check_bucket_targets(pairs, targets))],
     )
