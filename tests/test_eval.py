@@ -53,6 +53,8 @@ def test_gold_path_policy_scores_one_and_a_wrong_policy_zero(solar_qa: Params) -
     assert len((folder / "predictions.jsonl").read_text().splitlines()) == len(pairs)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["kind"] == "eval_report" and any(k.endswith("train.jsonl") for k in manifest["inputs"])
+    # the page shows how the evaluated domains' questions read (docs/qa.md, "Quality report")
+    assert '<tr data-testid="quality-row" data-domain="solar" data-hops="all">' in (folder / "report.html").read_text()
 
     wrong = evaluate(solar_qa, client=ScriptedChatClient(lambda r: "<think>?</think><answer>Pluto</answer>"),
                      split="train", limit=50, progress=False, name="wrong")
