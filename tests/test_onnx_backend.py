@@ -93,6 +93,13 @@ def test_conversion_is_an_artifact_cached_by_the_model_identity(tiny_llama: Path
     identity = model_identity(tiny_llama)
     assert manifest is not None and manifest.kind == ONNX_KIND and manifest.inputs == {"model": identity}
     assert manifest.params["precision"] == "fp32" and manifest.params["builder"].startswith("onnxruntime-genai==")
+    # the graph computes the LM head on each row's last position only (what generation reads)
+    import onnx
+
+    graph = onnx.load(str(onnx_folder / "model.onnx"), load_external_data=False).graph
+    assert manifest.params["logits"] == "last_position" and any(n.op_type == "Slice" and n.name ==
+                                                                "/lm_head/last_position" for n in graph.node)
+    assert next(o for o in graph.output if o.name == "logits").type.tensor_type.shape.dim[1].dim_value == 1
     assert onnx_folder.name == f"{identity}-fp32" and onnx_folder.parent == artifacts / "models" / "onnx"
     for name in ("model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json", "generation_config.json"):
         assert manifest.files[name] == sha256_file(onnx_folder / name)

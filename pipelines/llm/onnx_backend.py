@@ -40,7 +40,7 @@ from pipelines.llm.generation import ONNX, GenerationBackend
 from pipelines.llm.prefix_store import ANCHOR_MIN_TOKENS, PrefixStore
 
 TOP_K = 50  # sampling: transformers' default top_k
-PREFILL_CHUNK = 256  # prompt tokens per forward (bounds the logits output: chunk x vocabulary floats)
+PREFILL_CHUNK = 512  # prompt tokens per forward (bounds the activations of one forward)
 
 
 def _threads(threads: int) -> int:
@@ -111,8 +111,8 @@ class OnnxBackend(GenerationBackend):
 
     def _forward(self, kv: np.ndarray, ids: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
         """Run ``ids`` ([rows, new]) after each row's first ``lengths[row]`` cached positions of ``kv`` (the rows
-        of the batch buffer, a contiguous block), writing the new positions in place. Returns the logits
-        [rows, new, vocabulary]."""
+        of the batch buffer, a contiguous block), writing the new positions in place. Returns the logits of each
+        row's last position, [rows, 1, vocabulary] (the converted graph computes no others)."""
         import onnxruntime as ort
 
         rows, new = ids.shape

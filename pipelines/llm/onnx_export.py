@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 ONNX_PRECISIONS = ("fp32", "int4")  # fp32: the same numbers as the reference; int4: 4-bit weights, ~3x faster
 ONNX_KIND = "onnx_model"
+LOGITS = "last_position"  # the graph edit below: logits of each row's last position only (a conversion param)
 
 
 def builder_version() -> str:
@@ -47,6 +48,7 @@ def _current(folder: Path, identity: str, precision: str) -> bool:
     manifest = read_manifest(folder)
     return (manifest is not None and manifest.kind == ONNX_KIND and manifest.inputs.get("model") == identity
             and manifest.params.get("precision") == precision and manifest.params.get("builder") == builder_version()
+            and manifest.params.get("logits") == LOGITS
             and (folder / "model.onnx").is_file() and (folder / "genai_config.json").is_file())
 
 
@@ -64,11 +66,40 @@ def convert_folder(source: Path, out: Path, *, precision: str = "fp32") -> None:
         tail = (done.stderr or done.stdout).strip().splitlines()[-8:]
         raise LLMError(f"converting {source} to ONNX ({precision}) failed (exit {done.returncode}): "
                        + " | ".join(tail))
+    last_position_logits(out / "model.onnx")
     from transformers import AutoTokenizer, GenerationConfig
 
     AutoTokenizer.from_pretrained(source).save_pretrained(out)  # the source's, exactly (special tokens, template)
     if (source / "generation_config.json").is_file():
         GenerationConfig.from_pretrained(source).save_pretrained(out)
+
+
+def last_position_logits(graph_path: Path) -> None:
+    """Edit the builder's graph so that the LM head runs on each row's last position only: a prompt of n tokens
+    then costs n positions of the decoder and one of the LM head (a fifth of SmolLM2-135M's compute per token is
+    its LM head), and its logits output is [rows, 1, vocabulary] instead of n times that, which is all generation
+    reads (``logits_to_keep=1`` in transformers). The weights file is not touched."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(graph_path), load_external_data=False)
+    graph = model.graph
+    head = next((n for n in graph.node if "logits" in n.output), None)
+    if head is None:
+        raise LLMError(f"{graph_path}: no node writes 'logits'")
+    hidden = head.input[0]
+    constants = [helper.make_tensor(f"/lm_head/last/{name}", onnx.TensorProto.INT64, [1], [value])
+                 for name, value in (("starts", -1), ("ends", 2**62), ("axes", 1))]
+    graph.initializer.extend(constants)
+    sliced = f"{hidden}/last_position"
+    index = list(graph.node).index(head)
+    graph.node.insert(index, helper.make_node("Slice", [hidden, *(c.name for c in constants)], [sliced],
+                                              name="/lm_head/last_position"))
+    head.input[0] = sliced
+    output = next(o for o in graph.output if o.name == "logits")
+    output.type.tensor_type.shape.dim[1].ClearField("dim_param")
+    output.type.tensor_type.shape.dim[1].dim_value = 1
+    onnx.save(model, str(graph_path))
 
 
 def export_onnx(identity: str, write_source: Callable[[Path], None] | Path, artifacts_dir: Path, *,
@@ -92,7 +123,8 @@ def export_onnx(identity: str, write_source: Callable[[Path], None] | Path, arti
         seconds = time.perf_counter() - start
         write_manifest(tmp, new_manifest(
             ONNX_KIND, files=sha256_files(files, tmp), inputs={"model": identity},
-            params={"precision": precision, "builder": builder_version(), "execution_provider": "cpu"},
+            params={"precision": precision, "builder": builder_version(), "execution_provider": "cpu",
+                    "logits": LOGITS},
             metadata={"source": source_name or identity, "convert_seconds": round(seconds, 2)}))
     log.info("converted %s to ONNX (%s) in %.1f s: %s", source_name or identity, precision, seconds, folder)
     return folder
