@@ -43,6 +43,7 @@ from pipelines.qa.paraphrase import PARAPHRASES_FILE, ParaphraseResult
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.phrases import PHRASES_FILE, PhraseLexicon, draft_lexicon, read_lexicon
 from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
+from pipelines.qa.template import WRITER_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,8 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
     shaping: dict[str, Any] = {"generator": generator, "targets": targets,
                                **qa.model_dump(include={"random_seed", "max_hops", "max_retries", "strict_path",
                                                          "max_question_words"})}
+    if generator == "template":
+        shaping["writer_version"] = WRITER_VERSION
     if generator == "llm":
         shaping.update(qa.model_dump(include={"show_descriptions", "max_prompt_relations", "judge"}))
         shaping["llm"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",

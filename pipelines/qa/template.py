@@ -55,6 +55,7 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+WRITER_VERSION = 2  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
 MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at most three in all)
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
