@@ -176,10 +176,11 @@ def build_domain_artifacts(params: Params, domains: list[Domain], *, force: bool
 
 def qa_dataset_checks(params: Params) -> list[CheckOutcome]:
     """The QA dataset's blocking checks (the Great Expectations suite, split leakage), as its asset runs them."""
-    from pipelines.qa.build import read_qa_dataset
+    from pipelines.qa.build import read_generic_words, read_qa_dataset
     from pipelines.qa.expectations import validate_qa_table
 
-    return validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path)
+    return validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path,
+                             generic_words=read_generic_words(params))
 
 
 def print_check_outcomes(outcomes: list[CheckOutcome]) -> bool:
