@@ -248,6 +248,9 @@ class RLStageParams(_Section):
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
+    # agent.backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
+    # (LoRA merged into a copy, converted, loaded; the sync time is logged as rollout/sync_s)
+    sync_every: int = Field(1, ge=1)
     logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)  # as sft.logprob_chunk_tokens
     seed: int = 0
 

@@ -207,3 +207,52 @@ def test_rollouts_with_the_onnx_agent_backend_equal_transformers(tiny_llama: Pat
     for a, b in zip(ours, ref, strict=True):
         assert (a.messages, a.generated_tokens, a.finish) == (b.messages, b.generated_tokens, b.finish)
     shutil.rmtree(params.artifacts_dir / "models" / "onnx")
+
+
+def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: Path, toolbox) -> None:  # noqa: ANN001
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.protocols import OmneProtocol
+    from pipelines.agent.rollout import Task
+    from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
+    from pipelines.config import RLStageParams
+    from pipelines.train.rl.rollouts import ToolRollouts
+
+    torch.manual_seed(1)
+    policy = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama),
+                            LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    tasks = [Task(qa_id=str(i), domain="solar", question=q, gold_answers=["Phobos"])
+             for i, q in enumerate(["Which moon orbits Mars?", "What orbits the Sun?", "Phobos?"])]
+    common = {"protocol": OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=2),
+              "tools": InProcessToolClient(toolbox), "tokenizer": tokenizer, "tasks": {}, "max_length": 4096,
+              "stage": RLStageParams(max_new_tokens=12)}
+    reference_rollouts = ToolRollouts(**common)
+    fast_rollouts = ToolRollouts(**common, backend="onnx", sync_every=1)
+    lazy_rollouts = ToolRollouts(**common, backend="onnx", sync_every=2)
+
+    def signatures(rollouts: ToolRollouts) -> list[Any]:
+        return [(t.messages, t.generated_tokens, t.finish)
+                for t in rollouts.roll_out(policy, tasks, temperature=0.0)]
+
+    before = signatures(reference_rollouts)
+    assert signatures(fast_rollouts) == before and signatures(lazy_rollouts) == before  # the merged LoRA, converted
+    assert len(fast_rollouts.syncs) == len(lazy_rollouts.syncs) == 1 and fast_rollouts.syncs[0] > 0
+    with torch.no_grad():  # an optimizer step (in place, on the adapter)
+        for name, weight in policy.named_parameters():
+            if "lora_B" in name:
+                weight.mul_(-3.0)
+    after = signatures(reference_rollouts)
+    assert after != before
+    fast_rollouts.calls = lazy_rollouts.calls = 1  # one rollout call (optimizer step) later
+    assert signatures(fast_rollouts) == after and len(fast_rollouts.syncs) == 2  # synced every step
+    assert signatures(lazy_rollouts) == before and len(lazy_rollouts.syncs) == 1  # every 2: still the old copy
+    lazy_rollouts.calls = 2
+    assert signatures(lazy_rollouts) == after and len(lazy_rollouts.syncs) == 2
+    folder = fast_rollouts._fast_dir  # noqa: SLF001
+    fast_rollouts.close()
+    lazy_rollouts.close()
+    assert folder is not None and not folder.exists()

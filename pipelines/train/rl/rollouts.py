@@ -8,13 +8,20 @@ the model typed itself earns nothing).
 
 from __future__ import annotations
 
+import logging
+import shutil
+import tempfile
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import RLStageParams
 from pipelines.train.rl.episodes import encode_trajectory
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +38,13 @@ class ToolRollouts:
     calls: int = 0
     prefix_cache_mb: int = 512  # the rollout client's prefix store (agent.prefix_cache_mb)
     batch_size: int | None = None  # episodes generated together at most (agent.batch_size: bounds the KV cache)
+    backend: str = "transformers"  # agent.backend: onnx generates from a converted copy of the policy
+    onnx_precision: str = "fp32"  # agent.onnx_precision
+    sync_every: int = 1  # onnx: rollout calls between weight syncs (rl.<stage>.sync_every)
+    syncs: list[float] = field(default_factory=list)  # onnx: seconds of each weight sync (merge, convert, load)
+    _fast: Any = None  # onnx: the client of the last synced copy, its folder and the call it was synced at
+    _fast_dir: Path | None = None
+    _synced_at: int = -1
 
     def task_for(self, prompt: list[dict[str, str]]) -> Task:
         return self.tasks[prompt[-1]["content"]]
@@ -44,8 +58,12 @@ class ToolRollouts:
         from pipelines.llm.local import TransformersChatClient
 
         size = max(1, min(len(tasks), self.batch_size or len(tasks)))
-        client = TransformersChatClient.from_model(model, self.tokenizer, name="policy", batch_size=size,
-                                                   prefix_cache_mb=self.prefix_cache_mb)
+        if self.backend == "onnx":
+            client = self.synced_client(model)
+            client.batch_size = size
+        else:
+            client = TransformersChatClient.from_model(model, self.tokenizer, name="policy", batch_size=size,
+                                                       prefix_cache_mb=self.prefix_cache_mb)
         engine = RolloutEngine(client, self.protocol, self.tools, RolloutParams(
             max_new_tokens=self.stage.max_new_tokens, temperature=temperature, batch_size=size, seed=seed),
             name=self.protocol.name)
@@ -56,6 +74,42 @@ class ToolRollouts:
         finally:
             model.train(was_training)
 
+    def synced_client(self, model: Any) -> Any:
+        """The onnx backend's client for the policy's weights: re-made every ``sync_every`` rollout calls (and at
+        the first) by merging the LoRA adapter into a copy of the policy, converting it (``onnx_export``) and
+        loading the session; its seconds go to ``syncs`` and the log. In between, rollouts come from the last
+        synced copy (up to ``sync_every - 1`` optimizer steps behind; the trainer recomputes every log-probability
+        with the training model either way)."""
+        if self._fast is not None and self.calls - self._synced_at < self.sync_every:
+            return self._fast
+        from pipelines.llm.onnx_backend import onnx_chat_client
+        from pipelines.llm.onnx_export import convert_folder, save_merged
+
+        start = time.perf_counter()
+        self.close()
+        folder = Path(tempfile.mkdtemp(prefix="omne-policy-onnx-"))
+        try:
+            save_merged(model, self.tokenizer, folder / "merged")
+            (folder / "onnx").mkdir()
+            convert_folder(folder / "merged", folder / "onnx", precision=self.onnx_precision)
+            shutil.rmtree(folder / "merged")
+            self._fast = onnx_chat_client(folder / "onnx", model=f"policy-onnx-{self.onnx_precision}",
+                                          prefix_cache_mb=self.prefix_cache_mb)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._fast_dir, self._synced_at = folder, self.calls
+        self.syncs.append(time.perf_counter() - start)
+        log.info("policy weights synced to the onnx backend in %.1f s (rollout call %d)", self.syncs[-1], self.calls)
+        return self._fast
+
+    def close(self) -> None:
+        """Drop the onnx copy of the policy (its session and folder)."""
+        self._fast = None
+        if self._fast_dir is not None:
+            shutil.rmtree(self._fast_dir, ignore_errors=True)
+            self._fast_dir = None
+
     def __call__(self, prompts: list[list[dict[str, str]]], trainer: Any) -> dict[str, Any]:
         seen: dict[str, int] = {}
         tasks = []
@@ -63,6 +117,7 @@ class ToolRollouts:
             task = self.task_for(prompt)
             seen[task.qa_id] = seen.get(task.qa_id, -1) + 1
             tasks.append(task.model_copy(update={"sample": seen[task.qa_id]}))
+        synced = len(self.syncs)
         trajectories = self.roll_out(trainer.accelerator.unwrap_model(trainer.model), tasks,
                                      temperature=self.stage.temperature,
                                      seed=self.stage.seed * 100_003 + self.calls * 1009)
@@ -72,6 +127,9 @@ class ToolRollouts:
                                      else None, max_length=self.max_length) for t in trajectories]
         self.last = trajectories
         log_rollout_metrics(trainer, trajectories)
+        metrics = getattr(trainer, "_metrics", None)
+        if self.backend == "onnx" and metrics is not None:  # this call's weight sync (0 when it reused the copy)
+            metrics["train"]["rollout/sync_s"].append(self.syncs[-1] if len(self.syncs) > synced else 0.0)
         return {"prompt_ids": [e.prompt_ids for e in encoded], "completion_ids": [e.completion_ids for e in encoded],
                 "logprobs": None, "env_mask": [e.env_mask for e in encoded], "trajectory": trajectories,
                 "turn_spans": [e.turn_spans for e in encoded]}
