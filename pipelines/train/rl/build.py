@@ -147,7 +147,10 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     if validation and settings.val_questions:
         trainer.add_callback(ValidationEM(trainer, rollouts, validation, settings.eval_every))
     with fused_logprob_tokens(settings.logprob_chunk_tokens):
-        trainer.train()
+        try:
+            trainer.train()
+        finally:
+            rollouts.close()  # the onnx backend's copy of the policy, if any
 
     with atomic_directory(output) as tmp:
         policy = trainer.accelerator.unwrap_model(trainer.model)
