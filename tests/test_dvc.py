@@ -38,7 +38,7 @@ def repo(tmp_path: Path) -> Path:
     # the tiny solar domain makes a handful of QA pairs: a large test share keeps its test split non-empty;
     # the eval stage runs a tiny random model (the DVC mechanics are under test here, not SmolLM2)
     params = root / "params.yaml"
-    use_tiny_models(params, build_tiny_llama(tmp_path / "tiny-llama"), qa={"test_share": 0.5})
+    use_tiny_models(params, build_tiny_llama(tmp_path / "tiny-llama"), qa={"test_share": 0.4, "val_share": 0.0})
     shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
     shutil.copytree(PROJECT_ROOT / "sweeps", root / "sweeps")
     shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
