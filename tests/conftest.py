@@ -87,8 +87,13 @@ def server(toolbox) -> Iterator[str]:  # noqa: ANN001
 @pytest.fixture(scope="module")
 def solar_qa(solar: Params) -> Params:
     """The solar project with its QA dataset built (seeds, pairs, gold paths, splits)."""
+    from pipelines.config import load_params
     from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
 
+    # six questions: a larger val share keeps the val split (RL validation) non-empty
+    path = solar.root / "params.yaml"
+    path.write_text(path.read_text().replace("  val_share: 0.1\n", "  val_share: 0.3\n", 1))
+    solar = load_params(path, solar.profile)
     build_seed_subgraphs("solar", solar)
     build_qa_pairs("solar", solar)
     build_gold_paths("solar", solar)
