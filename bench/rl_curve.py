@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose, ("httpx", "filelock", "sentence_transformers", "transformers"))
     started = time.perf_counter()
     if args.params is None:  # --toy: a throw-away project (solar QA dataset, tiny llama), built in-process
-        args.params = toy_project(build="qa", model=True)
+        # six solar questions: a larger val share keeps a val split for the validation EM curve
+        args.params = toy_project(build="qa", model=True, overrides={"qa": {"val_share": 0.3}})
     params = load_params(args.params, args.profile)
     base = getattr(params.rl, f"stage{args.stage}")
     stage = base.model_copy(update={
