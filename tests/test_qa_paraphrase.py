@@ -87,7 +87,8 @@ def test_paraphrase_accepts_good_rewrites_keeps_the_rest_and_reruns_from_cache(
         assert not result.skipped and result.manifest.params["paraphrase"]["backend"] == "openai"
         sent = app.state.log.total
         assert sent == len(originals) + params.llm.json_repair_rounds  # one request each, the repair turn
-        prompt = app.state.log.bodies[0]["messages"][1]["content"]
+        prompt = next(b["messages"][1]["content"] for b in app.state.log.bodies  # requests run concurrently
+                      if f"Question: {originals[0].question}\n" in b["messages"][1]["content"])
         assert f'Name "{originals[0].start_entity}" exactly' in prompt and f'stays "{originals[0].answer}"' in prompt
         assert f"at most {params.qa.max_question_words} words" in prompt and '{"question": "..."}' in prompt
 

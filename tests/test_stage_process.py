@@ -121,7 +121,10 @@ def test_the_child_never_outlives_its_parent(tmp_path: Path, how: signal.Signals
     """Ctrl-C (here SIGINT to the parent alone: the child gets none) stops the child on the way out; SIGKILL of
     the parent, where no ``finally`` runs, kills it too."""
     note = tmp_path / "child.pid"
-    parent = _parent(f"from pipelines.stage_process import run_in_child\nfrom tests.test_stage_process import "
+    # Ctrl-C as a terminal delivers it: a shell's background job (nohup, CI runners) starts with SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler, so the parent script restores it first
+    parent = _parent(f"import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                     f"from pipelines.stage_process import run_in_child\nfrom tests.test_stage_process import "
                      f"sleep_and_note\nrun_in_child(sleep_and_note, {str(note)!r}).value()")
     child = None
     try:
