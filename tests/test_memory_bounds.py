@@ -6,6 +6,8 @@ of the whole step."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import weakref
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from tests.conftest import PROJECT_ROOT
 from tests.model_support import TEXT, build_tiny_llama
 
 
@@ -299,3 +302,49 @@ def test_memory_command_prints_every_stage(tiny_llama: Path, tmp_path: Path) -> 
     assert list(estimates) == ["eval", "sft", "rl stage 1", "rl stage 3"]
     assert estimates["rl stage 1"]["notes"] == ["32 of 128 rollouts at a time x 16384 tokens"]  # the paper's sizes
     assert all(e["total_bytes"] == sum(e["parts"].values()) > 0 for e in estimates.values())
+
+
+# ----- the heap of a training stage ---------------------------------------------------------------------------
+HEAP_PROBE = """
+import ctypes, ctypes.util, re, sys
+from pathlib import Path
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+if sys.argv[1] == "mmap":
+    from pipelines.train.memory import mmap_large_allocations
+    assert mmap_large_allocations()
+
+
+def rss_mib():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+
+def block(size):
+    pointer = libc.malloc(size)
+    ctypes.memset(pointer, 1, size)
+    return pointer
+
+
+libc.free(block(30 << 20))  # glibc's default: the threshold rises to the size of this freed mmapped block
+before = rss_mib()
+blocks, pins = [], []
+for i in range(64):  # a step's activations: a few MiB each, sizes varying, live smaller ones between them
+    blocks.append(block((4 << 20) + i * 4096))
+    pins.append(block(128 << 10))  # stays: a hole in the heap cannot be trimmed
+for pointer in blocks:
+    libc.free(pointer)
+print(rss_mib() - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file() or sys.platform != "linux", reason="glibc and /proc")
+def test_large_allocations_go_back_to_the_os_when_freed() -> None:
+    """After ``mmap_large_allocations`` (what the SFT stage calls), 256 MiB of freed blocks between live smaller ones
+    leave the process; with glibc's default (rising) threshold they stay resident, holes in the heap."""
+    def kept(mode: str) -> float:
+        out = subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], cwd=PROJECT_ROOT, capture_output=True,
+                             text=True, check=True, timeout=120)
+        return float(out.stdout.strip())
+
+    assert kept("default") > 200 and kept("mmap") < 32

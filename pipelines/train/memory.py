@@ -12,7 +12,8 @@ are the same computation; only the accumulation order of an LM-head weight gradi
 ``release_memory`` ends a training stage: a model patched by TRL (``model.forward`` bound to the model,
 PEFT wrappers, the trainer's callbacks holding the trainer) sits in reference cycles, which only the cyclic
 garbage collector frees, and glibc keeps freed heap pages mapped until ``malloc_trim``; in one ``omne run``
-process the next stage would otherwise start on top of the previous one's memory.
+process the next stage would otherwise start on top of the previous one's memory. ``mmap_large_allocations``
+keeps a training stage's own heap from fragmenting step after step.
 """
 
 from __future__ import annotations
@@ -49,6 +50,31 @@ def fused_logprob_tokens(tokens: int | None) -> Iterator[None]:
         yield
     finally:
         chunked_logprob.TOKEN_CHUNK_SIZE = before
+
+
+MMAP_THRESHOLD_BYTES = 1 << 20  # allocations from 1 MiB up (tensors) get pages of their own
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+
+
+def mmap_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """From now on, serve every allocation of at least ``threshold`` bytes by its own ``mmap``, handed back to the
+    OS the moment it is freed; False where malloc is not glibc's.
+
+    glibc's threshold starts at 128 KiB but rises, up to 32 MiB, to the size of each mmapped block freed; after the
+    first step a training stage's activations (a few MiB each, their sizes varying with the sequence length) come
+    from the heap, whose freed holes are neither reused exactly nor returned. In a process of its own the quick SFT's
+    peak rose step after step that way: 6.0 GB at step 20, 7.5 GB at step 60 (2026-11-25); with the threshold set
+    here (set explicitly, it stays put), 4.9 GB at step 20. Generation is left alone: a KV cache grown token by
+    token would get fresh zeroed pages each time.
+    """
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        mallopt = getattr(ctypes.CDLL(name), "mallopt", None)
+    except OSError:  # pragma: no cover - no libc to load
+        return False
+    return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
 def release_memory() -> None:

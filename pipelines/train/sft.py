@@ -264,7 +264,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     from trl import SFTConfig
 
     from pipelines.manifest import model_identity
-    from pipelines.train.memory import fused_logprob_tokens, release_memory
+    from pipelines.train.memory import fused_logprob_tokens, mmap_large_allocations, release_memory
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer
 
     base_model_folder, output_folder = Path(base_model_folder), Path(output_folder)
@@ -278,6 +278,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
             return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
 
+    mmap_large_allocations()  # step after step, activations would otherwise fragment the heap
     hyper = resolved_hyperparameters(params)
     bf16 = use_bf16(params.bf16)
     dataset = sft_dataset(conversations, mode=params.mode)
