@@ -41,7 +41,7 @@ from pipelines.qa.gold import gold_paths
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.paraphrase import PARAPHRASES_FILE, ParaphraseResult
 from pipelines.qa.paths import RelationGraph
-from pipelines.qa.phrases import PHRASES_FILE, PhraseLexicon, draft_lexicon, read_lexicon
+from pipelines.qa.phrases import PHRASES_FILE, PhraseLexicon, draft_lexicon, label_sentences, read_lexicon
 from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
 from pipelines.qa.template import WRITER_VERSION
 
@@ -124,11 +124,8 @@ def draft_phrases(domain: str, params: Params) -> PhraseLexicon:
     """The domain's phrases file as the rules draft it from its built KG, keeping every entry the file already
     has (a user's edits survive); labels of keyword-list graphs are left out (their edges are phrased one by one)."""
     graph = relation_graph(domain, params)
-    labels: dict[str, list[tuple[str, str, str]]] = {}
-    if graph.shared_labels:
-        for rel, label in enumerate(graph.keywords):
-            labels.setdefault(label, []).append((graph.rel_descriptions[rel], graph.names[graph.src[rel]],
-                                                 graph.names[graph.dst[rel]]))
+    labels = label_sentences(graph.keywords, graph.rel_descriptions, graph.names, graph.src.tolist(),
+                             graph.dst.tolist(), skip=graph.lexicon.relations) if graph.shared_labels else {}
     return draft_lexicon(labels, graph.types, graph.lexicon)
 
 

@@ -143,7 +143,7 @@ def _clean(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
-def _drop_article(words: list[str]) -> list[str]:
+def drop_article(words: list[str]) -> list[str]:
     return words[:-1] if words and words[-1].lower() in ARTICLES else words
 
 
@@ -173,7 +173,7 @@ def _derive_head_first(statement: str) -> dict[str, str | None]:
         forms["ask_head"] = "Which {type} " + rest + "?"
         forms["head_noun"] = "the {type} that " + rest
     if head_first and tail_last:
-        words = _drop_article(statement[len("{head} "):-len("{tail}")].split())
+        words = drop_article(statement[len("{head} "):-len("{tail}")].split())
         if words:
             first, rest = words[0], words[1:]
             if first.lower() in BE | MODALS:
@@ -189,13 +189,13 @@ def _derive_head_first(statement: str) -> dict[str, str | None]:
             elif first.lower() not in BE:
                 forms["tail_noun"] = _clean(f"the {{type}} that {{head}} {' '.join(words)}")
     if "ask_tail" not in forms and "{tail}" in statement:
-        forms["ask_tail"] = _capitalise(_in_situ(statement, "{tail}", "{head}")) + "?"
+        forms["ask_tail"] = _capitalise(_in_situ(statement, "{tail}")) + "?"
     if "ask_head" not in forms and "{head}" in statement:
-        forms["ask_head"] = _capitalise(_in_situ(statement, "{head}", "{tail}")) + "?"
+        forms["ask_head"] = _capitalise(_in_situ(statement, "{head}")) + "?"
     return forms
 
 
-def _in_situ(statement: str, asked: str, named: str) -> str:
+def _in_situ(statement: str, asked: str) -> str:
     """The statement with the asked end replaced by "which {type}" (an article before it dropped)."""
     before, after = statement.split(asked, 1)
     words = before.split()
@@ -255,10 +255,10 @@ def _cut_after_far_end(statement: str) -> str:
     second = "{tail}" if first == "{head}" else "{head}"
     if second not in statement:
         return statement
-    words = _drop_article(statement.split(second, 1)[0].split())
+    words = drop_article(statement.split(second, 1)[0].split())
     if len(words) > 2 and words[-2].lower() in ARTICLES | PREPOSITIONS and words[-1].lower() not in \
             PREPOSITIONS | BE and base_verb(words[-1]) is None and words[-1].isalpha():
-        words = _drop_article(words[:-1])
+        words = drop_article(words[:-1])
     return _clean(" ".join(words) + " " + second)
 
 
@@ -326,6 +326,18 @@ def draft_lexicon(labels: dict[str, list[tuple[str, str, str]]], types: Iterable
     return PhraseLexicon(types=noun_types, relations=relations)
 
 
+def label_sentences(labels: list[str], descriptions: list[str], names: list[str], src: list[int], dst: list[int],
+                    skip: Iterable[str] = ()) -> dict[str, list[tuple[str, str, str]]]:
+    """Each relation label's edges as (description, head name, tail name): what the rules read to phrase a label
+    (labels in ``skip`` left out)."""
+    skipped = set(skip)
+    sentences: dict[str, list[tuple[str, str, str]]] = {}
+    for rel, label in enumerate(labels):
+        if label not in skipped:
+            sentences.setdefault(label, []).append((descriptions[rel], names[src[rel]], names[dst[rel]]))
+    return sentences
+
+
 class Phrasebook:
     """The phrases of every relation of one graph: the lexicon's, else the rules' (per label, or per edge
     when labels are not relation names), resolved once per relation."""
@@ -336,14 +348,10 @@ class Phrasebook:
         self.names, self.types, self.src, self.dst = names, types, src, dst
         self.labels, self.descriptions = labels, descriptions
         self.shared_labels = shared_labels
-        by_label = dict(lexicon.relations)
-        if shared_labels:
-            sentences: dict[str, list[tuple[str, str, str]]] = {}
-            for rel, label in enumerate(labels):
-                if label not in by_label:
-                    sentences.setdefault(label, []).append((descriptions[rel], names[src[rel]], names[dst[rel]]))
-            by_label.update(draft_lexicon(sentences, (), PhraseLexicon()).relations)
-        self.by_label = by_label
+        self.by_label = dict(lexicon.relations)
+        if shared_labels:  # the lexicon's entries, then the rules' for the labels it leaves out
+            sentences = label_sentences(labels, descriptions, names, src, dst, skip=self.by_label)
+            self.by_label = draft_lexicon(sentences, (), lexicon).relations
         self._edges: dict[int, RelationPhrases | None] = {}
 
     def relation(self, rel: int) -> RelationPhrases | None:

@@ -16,9 +16,9 @@ from collections import Counter
 
 import numpy as np
 
-from pipelines.qa.names import _name_pattern, mentions
+from pipelines.qa.names import find_name
 from pipelines.qa.paths import RelationGraph, Step
-from pipelines.qa.phrases import ARTICLES, PREPOSITIONS, RelationPhrases, label_statement
+from pipelines.qa.phrases import PREPOSITIONS, RelationPhrases, drop_article, label_statement
 
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
@@ -29,8 +29,7 @@ def relation_sentence(graph: RelationGraph, relation: int) -> str:
     head, tail = graph.names[graph.src[relation]], graph.names[graph.dst[relation]]
     for line in graph.rel_descriptions[relation].splitlines():
         line = line.strip()
-        if line and mentions(line, head) and mentions(line, tail) and len(_name_pattern(tail).findall(line)) == 1 \
-                and len(_name_pattern(head).findall(line)) == 1:
+        if line and len(find_name(line, head) or []) == 1 and len(find_name(line, tail) or []) == 1:
             return _TRAILING.sub("", line)
     phrases = graph.phrasebook.relation(relation)
     if phrases is not None:
@@ -114,9 +113,7 @@ def _relative(phrases: RelationPhrases, forward: bool, there: str) -> str | None
         return "which " + statement[len(near) + 1:].replace(far, there)
     if not statement.endswith(" " + near):
         return None
-    words = statement[:-len(near) - 1].split()
-    if words and words[-1].lower() in ARTICLES:
-        words = words[:-1]
+    words = drop_article(statement[:-len(near) - 1].split())
     if len(words) > 1 and words[-1].lower() in PREPOSITIONS:
         return f"{words[-1]} which " + " ".join(words[:-1]).replace(far, there)
     return "which " + " ".join(words).replace(far, there)
