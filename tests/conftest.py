@@ -40,6 +40,34 @@ def make_project(root: Path, registry: str = TINY_REGISTRY) -> Path:
     return root
 
 
+EMBEDDED_DOMAINS = ("chemistry", "geography", "medicine")
+
+
+def embedded_domains_project(root: Path, *, per_bucket: int | None = None) -> Params:
+    """A project with the three embedded domains (registry, sources, phrases files), their KGs, seeds and
+    template QA pairs built; ``per_bucket`` caps the QA targets (default: params.yaml's)."""
+    from pipelines.config import load_params
+    from pipelines.domains import load_registry
+    from pipelines.kg.build import build_knowledge_graph
+    from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs
+
+    make_project(root, (PROJECT_ROOT / "kg_assets" / "domains.yaml").read_text(encoding="utf-8"))
+    for domain in EMBEDDED_DOMAINS:
+        shutil.copytree(PROJECT_ROOT / "kg_assets" / domain, root / "kg_assets" / domain)
+    if per_bucket is not None:
+        text = (root / "params.yaml").read_text()
+        text = text.replace("one_two_hop_per_domain: 150", f"one_two_hop_per_domain: {per_bucket}")
+        (root / "params.yaml").write_text(text.replace("three_plus_per_domain: 150",
+                                                       f"three_plus_per_domain: {per_bucket}"))
+    params = load_params(root / "params.yaml")
+    registry = load_registry(params.registry_path)
+    for domain in EMBEDDED_DOMAINS:
+        build_knowledge_graph(registry.get(domain), params)
+        build_seed_subgraphs(domain, params)
+        build_qa_pairs(domain, params, progress=False)
+    return params
+
+
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
     return make_project(tmp_path / "project")

@@ -4,7 +4,6 @@ rules, on the three embedded domains and on a LightRAG-shaped graph (tests/light
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import subprocess
 from pathlib import Path
@@ -26,10 +25,10 @@ from pipelines.qa.phrases import (
     shared_statement,
 )
 from pipelines.qa.validate import check_pair, form_problems, relative_depth
-from tests.conftest import PROJECT_ROOT, cli_env, make_project
+from tests.conftest import EMBEDDED_DOMAINS, PROJECT_ROOT, cli_env, embedded_domains_project, make_project
 from tests.lightrag_support import write_lightrag_graphml
 
-EMBEDDED = ["chemistry", "geography", "medicine"]
+EMBEDDED = list(EMBEDDED_DOMAINS)
 
 
 def test_rules_derive_every_form_from_a_statement() -> None:
@@ -128,24 +127,10 @@ def test_form_rules_reject_the_unreadable_questions_the_old_writer_made() -> Non
     assert form_problems("Which currency does the country whose capital is Lima use?", ["Lima"]) == []
 
 
-REGISTRY = "domains:\n" + "".join(
-    f"  {d}:\n    description: {d}\n    source:\n      kind: triples\n      path: kg_assets/{d}/triples.jsonl\n"
-    f"      entities: kg_assets/{d}/entities.jsonl\n" for d in EMBEDDED)
-
-
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Params:
     """The three embedded domains with their phrases files, QA pairs built at the quick profile's targets."""
-    root = make_project(tmp_path_factory.mktemp("readable") / "project", REGISTRY)
-    for domain in EMBEDDED:
-        shutil.copytree(PROJECT_ROOT / "kg_assets" / domain, root / "kg_assets" / domain)
-    params = load_params(root / "params.yaml")
-    registry = load_registry(params.registry_path)
-    for domain in EMBEDDED:
-        build_knowledge_graph(registry.get(domain), params)
-        build_seed_subgraphs(domain, params)
-        build_qa_pairs(domain, params, progress=False)
-    return params
+    return embedded_domains_project(tmp_path_factory.mktemp("readable") / "project")
 
 
 @pytest.mark.parametrize("domain", EMBEDDED)

@@ -5,38 +5,24 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import polars as pl
 import pytest
 
-from pipelines.config import Params, load_params
-from pipelines.domains import load_registry
-from pipelines.kg.build import build_knowledge_graph
-from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+from pipelines.config import Params
+from pipelines.qa.build import build_gold_paths, build_qa_dataset
 from pipelines.qa.report import ALL_HOPS, domain_quality, guessable_flags, qa_quality_report
-from tests.conftest import PROJECT_ROOT, cli_env, make_project
+from tests.conftest import EMBEDDED_DOMAINS, cli_env, embedded_domains_project
 
-DOMAINS = ("chemistry", "geography", "medicine")
+DOMAINS = EMBEDDED_DOMAINS
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Params:
     """A project with the three embedded domains and their QA dataset (60 + 60 questions per domain at most)."""
-    registry = (PROJECT_ROOT / "kg_assets" / "domains.yaml").read_text(encoding="utf-8")
-    root = make_project(tmp_path_factory.mktemp("qareport") / "project", registry)
+    params = embedded_domains_project(tmp_path_factory.mktemp("qareport") / "project", per_bucket=60)
     for domain in DOMAINS:
-        shutil.copytree(PROJECT_ROOT / "kg_assets" / domain, root / "kg_assets" / domain)
-    text = (root / "params.yaml").read_text()
-    text = text.replace("one_two_hop_per_domain: 150", "one_two_hop_per_domain: 60")
-    (root / "params.yaml").write_text(text.replace("three_plus_per_domain: 150", "three_plus_per_domain: 60"))
-    params = load_params(root / "params.yaml")
-    registry_entries = load_registry(params.registry_path)
-    for domain in DOMAINS:
-        build_knowledge_graph(registry_entries.get(domain), params)
-        build_seed_subgraphs(domain, params)
-        build_qa_pairs(domain, params, progress=False)
         build_gold_paths(domain, params, progress=False)
     build_qa_dataset(params, list(DOMAINS))
     return params
