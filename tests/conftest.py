@@ -40,6 +40,31 @@ def make_project(root: Path, registry: str = TINY_REGISTRY) -> Path:
     return root
 
 
+CHEMISTRY_REGISTRY = """domains:
+  chemistry:
+    description: Elements and isotopes.
+    source:
+      kind: triples
+      path: kg_assets/chemistry/triples.jsonl
+      entities: kg_assets/chemistry/entities.jsonl
+"""
+
+
+def chemistry_project(root: Path) -> Params:
+    """A project with the real chemistry domain (and its phrases file), its KG and seed subgraphs built."""
+    from pipelines.config import load_params
+    from pipelines.domains import load_registry
+    from pipelines.kg.build import build_knowledge_graph
+    from pipelines.qa.build import build_seed_subgraphs
+
+    make_project(root, CHEMISTRY_REGISTRY)
+    shutil.copytree(PROJECT_ROOT / "kg_assets" / "chemistry", root / "kg_assets" / "chemistry")
+    params = load_params(root / "params.yaml")
+    build_knowledge_graph(load_registry(params.registry_path).get("chemistry"), params)
+    build_seed_subgraphs("chemistry", params)
+    return params
+
+
 EMBEDDED_DOMAINS = ("chemistry", "geography", "medicine")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
@@ -55,3 +56,12 @@ def use_tiny_models(params_path: Path, model: Path, **sections: dict) -> None:
     for name, values in sections.items():
         params[name].update(values)
     params_path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+
+
+def same_replies(a: list[Any], b: list[Any]) -> None:
+    """Two backends' (or paths') replies are the same: text, token counts and finish reason, row by row."""
+    from pipelines.llm.base import ChatReply
+
+    assert all(isinstance(r, ChatReply) for r in a + b)
+    assert [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in a] == \
+        [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in b]

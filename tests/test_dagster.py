@@ -112,7 +112,7 @@ def test_dagster_cli_materializes_a_partition(project: Path) -> None:
 
 
 def test_qa_assets_materialize_with_their_checks(tmp_path: Path) -> None:
-    from tests.test_qa import CHEMISTRY_REGISTRY
+    from tests.conftest import CHEMISTRY_REGISTRY
 
     project = make_project(tmp_path / "project", CHEMISTRY_REGISTRY)
     shutil.copytree(PROJECT_ROOT / "kg_assets" / "chemistry", project / "kg_assets" / "chemistry")

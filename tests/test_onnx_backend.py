@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pipelines.llm.base import ChatReply, ChatRequest
-from tests.model_support import TEXT, build_tiny_llama
+from pipelines.llm.base import ChatRequest
+from tests.model_support import TEXT, build_tiny_llama, same_replies
 
 pytest.importorskip("onnxruntime_genai")
 
@@ -66,12 +66,6 @@ def requests(stop: list[str], max_tokens: int | list[int] = 20, users: list[str]
     limits = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(users)
     return [ChatRequest(messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": u}],
                         max_tokens=n, stop=stop, prefix="<think>", **extra) for u, n in zip(users, limits, strict=True)]
-
-
-def same(a: list[Any], b: list[Any]) -> None:
-    assert all(isinstance(r, ChatReply) for r in a + b)
-    assert [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in a] == \
-        [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in b]
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +125,7 @@ def test_greedy_answers_equal_the_transformers_reference(tiny_llama: Path, onnx_
     batch = requests(stop, max_tokens=[20, 14, 20, 9, 20])  # per-request limits in one batch
     expected = reference(tiny_llama).complete_many(batch)
     client = fast(onnx_folder)
-    same(client.complete_many(batch), expected)
+    same_replies(client.complete_many(batch), expected)
     assert {r.finish_reason for r in expected} == {"stop", "length"}  # rows that stop early and rows that run on
     assert len({r.completion_tokens for r in expected}) > 1
     # the system prompt was computed once (its own entry) and reused by every other prompt
@@ -139,11 +133,11 @@ def test_greedy_answers_equal_the_transformers_reference(tiny_llama: Path, onnx_
     system = client.message_boundaries(batch[0])[0]
     assert stats["anchor"] == system and stats["reused"] >= system * (len(batch) - 1)
     # batch 1 (one question at a time) and a bigger batch give the same tokens
-    same(fast(onnx_folder, batch_size=1).complete_many(batch), expected)
-    same(fast(onnx_folder, batch_size=8).complete_many(batch), expected)
+    same_replies(fast(onnx_folder, batch_size=1).complete_many(batch), expected)
+    same_replies(fast(onnx_folder, batch_size=8).complete_many(batch), expected)
     # no prefix store at all: every prompt computed whole, the same tokens
     bare = fast(onnx_folder, prefix_cache_mb=0)
-    same(bare.complete_many(batch), expected)
+    same_replies(bare.complete_many(batch), expected)
     assert bare.backend.stats["reused"] == 0 and len(bare.backend.store) == 0
 
 
@@ -152,7 +146,7 @@ def test_a_second_round_reuses_the_first_and_equals_the_reference(tiny_llama: Pa
     first_round = requests(stop, max_tokens=12)
     ref, client = reference(tiny_llama, batch_size=8), fast(onnx_folder, batch_size=8)
     replies = client.complete_many(first_round)
-    same(replies, ref.complete_many(first_round))
+    same_replies(replies, ref.complete_many(first_round))
     second_round = []
     for index, (request, reply) in enumerate(zip(first_round, replies, strict=True)):
         messages = [*request.messages, {"role": "assistant", "content": request.prefix + reply.text},
@@ -160,7 +154,7 @@ def test_a_second_round_reuses_the_first_and_equals_the_reference(tiny_llama: Pa
                                                 + "</tool_response>"}]
         second_round.append(request.model_copy(update={"messages": messages}))
     before = dict(client.backend.stats)
-    same(client.complete_many(second_round), ref.complete_many(second_round))
+    same_replies(client.complete_many(second_round), ref.complete_many(second_round))
     # each episode's round 1 (system + user message, at least) came from the store, not from the system prompt
     reused = client.backend.stats["reused"] - before["reused"]
     assert reused >= sum(client.message_boundaries(r)[-1] for r in first_round)

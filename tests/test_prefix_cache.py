@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipelines.llm.base import ChatReply, ChatRequest
-from tests.model_support import TEXT, build_tiny_llama
+from pipelines.llm.base import ChatRequest
+from tests.model_support import TEXT, build_tiny_llama, same_replies
 
 SYSTEM = TEXT[:600]  # ~330 tokens of the tiny tokenizer: the shared prefix
 USERS = ["Mars?", "Which moon orbits the planet that orbits the Sun? " * 3, "Phobos and Deimos", "The Sun " * 9,
@@ -46,12 +46,6 @@ def requests(stop: list[str], max_tokens: int = 20, users: list[str] = USERS) ->
                         max_tokens=max_tokens, stop=stop, prefix="<think>") for u in users]
 
 
-def same(a: list[Any], b: list[Any]) -> None:
-    assert all(isinstance(r, ChatReply) for r in a + b)
-    assert [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in a] == \
-        [(r.text, r.completion_tokens, r.finish_reason, r.prompt_tokens) for r in b]
-
-
 @pytest.fixture(scope="module")
 def stop(tiny_llama: Path) -> list[str]:
     """Stop strings cut from the middle of two plain replies, so that some rows stop early (at different
@@ -68,7 +62,7 @@ def test_cached_generation_equals_plain_token_for_token(tiny_llama: Path, stop: 
     plain = client(tiny_llama, prefix_cache=False).complete_many(batch)
     cached = client(tiny_llama)
     first = cached.complete_many(batch)
-    same(first, plain)
+    same_replies(first, plain)
     reasons = {r.finish_reason for r in plain}
     assert reasons == {"stop", "length"}, [(r.text, r.finish_reason) for r in plain]  # both kinds of row
     assert len({r.completion_tokens for r in plain}) > 1  # rows of different lengths in one batch
@@ -83,20 +77,20 @@ def test_cached_generation_equals_plain_token_for_token(tiny_llama: Path, stop: 
 
     # a second call with the same prompts reuses each whole conversation (system + user message)
     before = dict(cached.prefill_stats)
-    same(cached.complete_many(batch), plain)
+    same_replies(cached.complete_many(batch), plain)
     users = [cached.message_boundaries(r)[-1] for r in batch]
     assert cached.prefill_stats["reused"] - before["reused"] == sum(users)
     assert cached.prefill_stats["anchor"] == before["anchor"]
 
     # one at a time (batch 1, the cache as well) gives the same tokens
-    same(client(tiny_llama, batch_size=1).complete_many(batch), plain)
+    same_replies(client(tiny_llama, batch_size=1).complete_many(batch), plain)
 
 
 def test_two_rounds_reuse_the_first_round_and_equal_plain(tiny_llama: Path, stop: list[str]) -> None:
     first_round = requests(stop, max_tokens=12)
     cached, plain = client(tiny_llama, batch_size=8), client(tiny_llama, batch_size=8, prefix_cache=False)
     replies = cached.complete_many(first_round)
-    same(replies, plain.complete_many(first_round))
+    same_replies(replies, plain.complete_many(first_round))
     second_round = []
     for index, (request, reply) in enumerate(zip(first_round, replies, strict=True)):
         messages = [*request.messages, {"role": "assistant", "content": request.prefix + reply.text},
@@ -105,7 +99,7 @@ def test_two_rounds_reuse_the_first_round_and_equal_plain(tiny_llama: Path, stop
         second_round.append(request.model_copy(update={"messages": messages}))
     before = dict(cached.prefill_stats)
     again = cached.complete_many(second_round)
-    same(again, plain.complete_many(second_round))
+    same_replies(again, plain.complete_many(second_round))
     # round 2 starts from each episode's round-1 conversation (system + user), not from the system prompt
     reused = [cached.message_boundaries(r)[-1] for r in first_round]
     assert cached.prefill_stats["reused"] - before["reused"] == sum(reused)
@@ -123,7 +117,7 @@ def test_rows_that_end_leave_the_batch_between_decode_chunks(tiny_llama: Path, s
         return inner(*args, **kwargs)
 
     chunked.lm.generate = recording
-    same(chunked.complete_many(batch), client(tiny_llama, batch_size=8, prefix_cache=False).complete_many(batch))
+    same_replies(chunked.complete_many(batch), client(tiny_llama, batch_size=8, prefix_cache=False).complete_many(batch))
     assert rows[0] == len(batch) and min(rows) < len(batch)  # the batch shrank once rows had stopped
 
 
@@ -145,7 +139,7 @@ def test_a_weight_update_drops_the_stored_states(tiny_llama: Path, stop: list[st
     after = cached.complete_many(batch)
     assert cached.prefill_stats["anchor"] == 2 * cached.message_boundaries(batch[0])[0]
     cached.prefix_cache = False
-    same(after, cached.complete_many(batch))
+    same_replies(after, cached.complete_many(batch))
     cached.prefix_cache = True
     cached.clear_prefix_cache()
     assert len(cached.prefix_store) == 0

@@ -33,16 +33,7 @@ from pipelines.qa.paths import RelationGraph, Step
 from pipelines.qa.seeds import ball_nodes, sample_seed_subgraphs
 from pipelines.qa.template import keyword_sentence, remaining_questions, write_question
 from pipelines.qa.validate import check_pair
-from tests.conftest import PROJECT_ROOT, make_project
-
-CHEMISTRY_REGISTRY = """domains:
-  chemistry:
-    description: Elements and isotopes.
-    source:
-      kind: triples
-      path: kg_assets/chemistry/triples.jsonl
-      entities: kg_assets/chemistry/entities.jsonl
-"""
+from tests.conftest import CHEMISTRY_REGISTRY, PROJECT_ROOT, make_project
 
 
 def graph_from_networkx(graph: nx.Graph) -> KnowledgeGraph:

@@ -16,30 +16,21 @@ import numpy as np
 import pytest
 
 from pipelines.config import Params, load_params
-from pipelines.domains import load_registry
-from pipelines.kg.build import build_knowledge_graph
 from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir
 from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
-from pipelines.qa.build import build_seed_subgraphs
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.prompts import GENERATOR_SYSTEM
 from pipelines.qa.template import sample_template_path, write_question
 from pipelines.qa.validate import check_question
-from tests.conftest import PROJECT_ROOT, cli_env, make_project
-from tests.test_qa import CHEMISTRY_REGISTRY
+from tests.conftest import chemistry_project, cli_env
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Params:
-    root = make_project(tmp_path_factory.mktemp("llmqa") / "project", CHEMISTRY_REGISTRY)
-    shutil.copytree(PROJECT_ROOT / "kg_assets" / "chemistry", root / "kg_assets" / "chemistry")
-    params = load_params(root / "params.yaml")
-    build_knowledge_graph(load_registry(params.registry_path).get("chemistry"), params)
-    build_seed_subgraphs("chemistry", params)
-    return params
+    return chemistry_project(tmp_path_factory.mktemp("llmqa") / "project")
 
 
 def make_handler(graph: RelationGraph, nodes_of: dict[str, list[int]]):  # noqa: ANN201

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
 
 from pipelines.config import Params, load_params
-from pipelines.domains import load_registry
-from pipelines.kg.build import build_knowledge_graph
 from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
 from pipelines.qa.build import (
     build_gold_paths,
     build_qa_dataset,
     build_qa_pairs,
-    build_seed_subgraphs,
     read_generic_words,
     read_qa_dataset,
     read_qa_pairs,
@@ -31,20 +27,14 @@ from pipelines.qa.expectations import validate_qa_table
 from pipelines.qa.models import QAPair, qa_id
 from pipelines.qa.paraphrase import PARAPHRASES_FILE
 from pipelines.qa.prompts import PARAPHRASE_SYSTEM
-from tests.conftest import PROJECT_ROOT, cli_env, make_project
-from tests.test_qa import CHEMISTRY_REGISTRY
+from tests.conftest import chemistry_project, cli_env
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Params:
-    root = make_project(tmp_path_factory.mktemp("paraphrase") / "project", CHEMISTRY_REGISTRY)
-    shutil.copytree(PROJECT_ROOT / "kg_assets" / "chemistry", root / "kg_assets" / "chemistry")
-    params = load_params(root / "params.yaml")
-    build_knowledge_graph(load_registry(params.registry_path).get("chemistry"), params)
-    build_seed_subgraphs("chemistry", params)
-    return params
+    return chemistry_project(tmp_path_factory.mktemp("paraphrase") / "project")
 
 
 def _with_paraphrase(params: Params, value: str) -> Params:
