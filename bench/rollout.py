@@ -394,6 +394,14 @@ def compare(sequential: list[Trajectory], batched: list[Trajectory], client: Any
 # Report
 # --------------------------------------------------------------------------------------------
 
+def _difference_line(e: dict[str, Any], first: str = "", second: str = "") -> str:
+    """One differing trajectory of a comparison: where it first differs, and the top-2 logit margin there."""
+    margin = e.get("top2_at_difference") or {}
+    why = f"; top-2 at that token {margin['top2']} logit margin {margin['margin']:.4g}" if "margin" in margin else ""
+    return (f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
+            f"{e['sequential'][:24]!r}{first} vs {e['batched'][:24]!r}{second}{why}")
+
+
 def render(results: dict[str, Any]) -> str:
     s, b, setup = results["sequential"], results["batched"], results["setup"]
     out = [(f"rollout: {setup['questions']} questions of the {setup['split']} split ({setup['buckets']}), protocol "
@@ -454,12 +462,7 @@ def render(results: dict[str, Any]) -> str:
         out.append(f"{fast['backend']} batched vs transformers sequential: same trajectories "
                    f"{str(fc['same_trajectories']).lower()} ({fc['differing']} of {fc['compared']} differ, same answer "
                    f"in {fc['same_answers']})")
-        for e in fc["examples"]:
-            margin = e.get("top2_at_difference") or {}
-            why = (f"; top-2 at that token {margin['top2']} logit margin {margin['margin']:.4g}"
-                   if "margin" in margin else "")
-            out.append(f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
-                       f"{e['sequential'][:24]!r} (transformers) vs {e['batched'][:24]!r} ({fast['backend']}){why}")
+        out += [_difference_line(e, " (transformers)", f" ({fast['backend']})") for e in fc["examples"]]
     if "generate_calls" in b:
         head = (f"{'inside generate':<20} {'calls':>5} {'rows':>5} {'prefill s':>9} {'prompt pos':>10} {'reused':>8} "
                 f"{'decode s':>8} {'steps':>5} {'ms/step':>7} {'kept':>5}")
@@ -487,12 +490,7 @@ def render(results: dict[str, Any]) -> str:
     else:
         out.append(f"same trajectories: false: {c['differing']} of {c['compared']} questions differ (same answer in "
                    f"{c['same_answers']}, same tool calls in {c['same_tool_calls']})")
-        for e in c["examples"]:
-            margin = e.get("top2_at_difference") or {}
-            why = (f"; top-2 at that token {margin['top2']} logit margin {margin['margin']:.4g}"
-                   if "margin" in margin else "")
-            out.append(f"  {e['qa_id']}: message {e['message']} (round {e['round']}), char {e['char']}: "
-                       f"{e['sequential'][:24]!r} vs {e['batched'][:24]!r}{why}")
+        out += [_difference_line(e) for e in c["examples"]]
     if plain:
         for label in ("sequential", "batched"):
             p = plain[f"same_as_plain_{label}"]
