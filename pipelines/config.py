@@ -161,6 +161,10 @@ class SFTDataParams(_Section):
     # share of template conversations whose question writes the start entity as a user might (lowercase, a
     # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name
     misspelled_start_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    # share of template conversations that call their graph by an alias (prompt, thinking and calls; the tools
+    # answer from the real domain), so that the model copies the graph's name from the prompt instead of
+    # memorising the training domains' names (pipelines/train/graph_names.py)
+    renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0)
     # the thinking between hops: "relations" names the relation read and the next entity; "remaining_question"
     # says the relation as the KG describes it and what is left of the question (the nested question read one
     # clause at a time)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
@@ -181,3 +183,66 @@ def test_format_check_names_what_is_wrong() -> None:
     unfinished = record([("human", "q"), ("gpt", "<think>a</think><tool_call>f()</tool_call>")])
     assert format_problems(unfinished) == ["the last turn is not the gpt answer"]
     assert json.loads(good.model_dump_json())["conversations"][0] == {"from": "human", "value": "q"}
+
+
+def test_renamed_graph_conversations_call_the_alias_and_get_the_real_domains_answers(solar_qa: Params) -> None:
+    import re
+
+    from pipelines.eval.metrics import behaviour
+
+    plain_params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"renamed_graph_share": 0.0})})
+    build_sft_conversations(plain_params, progress=False)
+    plain = {r.id: r for r in read_sft_conversations(plain_params)}
+    assert all(r.graph_type == "solar" and r.domain is None for r in plain.values())
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"renamed_graph_share": 1.0})})
+    result = build_sft_conversations(params, progress=False)  # the share is in the fingerprint: rebuilt
+    records = read_sft_conversations(params)
+    assert not result.skipped and result.manifest.rows["renamed_graph"] == len(records) == len(plain)
+    aliases = {r.graph_type for r in records}
+    assert len(aliases) > 1 and "solar" not in aliases  # drawn per conversation, never a registered name
+    for record in records:
+        alias = record.graph_type
+        assert record.domain == "solar" and re.fullmatch(r"[a-z0-9_]+", alias)
+        turns = record.conversations
+        assert turns[0]["value"].startswith(f"Knowledge graph: {alias}\n")
+        gpt = "".join(t["value"] for t in turns if t["from"] == "gpt")
+        assert re.findall(r'graph_type="([^"]*)"', gpt) == [alias] * (len(turns) // 2 - 1)  # every call
+        assert f"in the {alias} knowledge graph" in gpt and "solar" not in gpt.lower()
+        # the tools answered from the real domain: the same responses as the conversation under its own name
+        assert [t["value"] for t in turns if t["from"] == "observation"] == [
+            t["value"] for t in plain[record.id].conversations if t["from"] == "observation"]
+    # a model that calls a graph by a name it memorised instead: typed error listing the known graphs, counted
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.tools import KGToolbox
+
+    tools = InProcessToolClient(KGToolbox(solar_qa))
+    pair = load_split(solar_qa, "train")[0]
+    task = Task(qa_id=pair.id, domain="solar", question=pair.question, gold_answers=pair.answers)
+    calls = ['<think>a</think><tool_call>entity_matcher(node_name="Sun", graph_type="chemistry")</tool_call>',
+             '<think>b</think><tool_call>entity_matcher(node_name="Sun", graph_type="solar")</tool_call>',
+             "<think>c</think><answer>Sun</answer>"]
+    trajectory = RolloutEngine(ScriptedChatClient(calls), omne_protocol(), tools, RolloutParams()).run(
+        [task], progress=False)[0]
+    unknown = trajectory.tool_calls[0]
+    assert unknown.error_type == "unknown_graph" and "known graphs: solar" in unknown.response
+    scores = behaviour([trajectory])
+    assert scores.unknown_graph_calls_per_sample == 1.0 and scores.unknown_graph_call_share == 0.5
+    assert scores.other_graph_calls_per_sample == 0.0
+
+
+def test_graph_aliases_are_slugs_drawn_from_entity_words_and_never_a_taken_name() -> None:
+    import random
+
+    from pipelines.train.graph_names import alias_words, graph_alias
+
+    words = alias_words(["Abu Dhabi", "UAE Dirham", "Jupiter", "Io", "Hale-Bopp (comet)"])
+    assert words == ["bopp", "comet", "dhabi", "dirham", "hale", "jupiter"]  # 4-10 letters: no "Abu", "UAE", "Io"
+    rng = random.Random(0)
+    drawn = [graph_alias(rng, words, taken=["jupiter"]) for _ in range(200)]
+    assert all(a != "jupiter" and all(part in words or part.isdigit() for part in a.split("_")) for a in drawn)
+    assert len(set(drawn)) > 50 and any("_" in a for a in drawn) and any("_" not in a for a in drawn)
+    assert drawn == [graph_alias(r, words, taken=["jupiter"]) for r in [random.Random(0)] for _ in range(200)]
+    with pytest.raises(ValueError, match="no words"):
+        graph_alias(rng, [], taken=[])

@@ -509,6 +509,15 @@ def _retrieved(t: Trajectory) -> bool:
     return any(mentions(call.response, g) for call in t.tool_calls if call.ok for g in golds)
 
 
+def graph_name_misses(t: Trajectory) -> tuple[int, int]:
+    """(calls to a graph no server knows, calls to a known graph other than the question's): the two ways a
+    model that memorised its training graphs' names fails on a graph it never saw by name."""
+    unknown = sum(1 for c in t.tool_calls if c.error_type == "unknown_graph")
+    other = sum(1 for c in t.tool_calls if c.error_type != "unknown_graph"
+                and isinstance(c.arguments.get("graph_type"), str) and c.arguments["graph_type"] != t.domain)
+    return unknown, other
+
+
 OUTCOMES = ("correct", "stopped_on_path", "misspelled_answer", "start_not_reached", "no_answer", "wrong_answer")
 _MISSPELLED_RATIO = 0.8  # difflib similarity of a wrong answer to a gold answer above which it counts as retyped
 
@@ -562,7 +571,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
     sequences: Counter[str] = Counter()
     histogram: Counter[int] = Counter()
     finish: Counter[str] = Counter()
-    repeated = invalid = retrieved = 0
+    repeated = invalid = retrieved = unknown_graph = other_graph = 0
     coverage: list[float] = []
     efficiency_values: list[float] = []
     outcomes: Counter[str] = Counter()
@@ -575,6 +584,9 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         finish[t.finish] += 1
         repeated += _repeats(t)
         invalid += sum(1 for c in t.tool_calls if not c.ok)
+        unknown, other = graph_name_misses(t)
+        unknown_graph += unknown
+        other_graph += other
         retrieved += _retrieved(t)
         gold_path = gold_paths.get(t.qa_id) if gold_paths else None
         if (outcome := episode_outcome(t, gold_path)) is not None:
@@ -593,6 +605,9 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         format_error_types=dict(sorted(format_types.items())),
         repeated_tool_calls_per_sample=repeated / n,
         invalid_tool_calls_per_sample=invalid / n,
+        unknown_graph_calls_per_sample=unknown_graph / n,
+        other_graph_calls_per_sample=other_graph / n,
+        unknown_graph_call_share=unknown_graph / max(1, sum(len(t.tool_calls) for t in trajs)),
         first_tool=dict(sorted(first_tool.items(), key=lambda kv: (-kv[1], kv[0]))),
         tool_sequences=dict(top),
         tool_calls_histogram={str(k): histogram[k] for k in sorted(histogram)},

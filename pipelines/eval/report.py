@@ -59,7 +59,8 @@ EFFICIENCY_LABELS = {
     "kg_calls_per_sample": "KG calls / sample",
 }
 BEHAVIOUR_SCALARS = ("format_errors_per_sample", "repeated_tool_calls_per_sample", "invalid_tool_calls_per_sample",
-                     "retrieval_rate", "gold_triple_coverage", "exploration_efficiency")
+                     "unknown_graph_calls_per_sample", "other_graph_calls_per_sample", "retrieval_rate",
+                     "gold_triple_coverage", "exploration_efficiency")
 
 # Tags the viewer splits a model turn into: think and answer, and every protocol's own call and response tags.
 THINK_TAG = "think"

@@ -59,6 +59,9 @@ class Behaviour(BaseModel):
     format_error_types: dict[str, int] = Field(default_factory=dict)
     repeated_tool_calls_per_sample: float = 0.0  # same name and arguments as an earlier call
     invalid_tool_calls_per_sample: float = 0.0  # calls that came back with an error
+    unknown_graph_calls_per_sample: float = 0.0  # calls naming a graph_type the tools do not know
+    other_graph_calls_per_sample: float = 0.0  # calls naming a known graph other than the question's
+    unknown_graph_call_share: float = 0.0  # unknown-graph calls / all calls
     first_tool: dict[str, int] = Field(default_factory=dict)  # name of the first call -> episodes
     tool_sequences: dict[str, int] = Field(default_factory=dict)  # "entity_matcher>node_info" -> episodes (top 20)
     tool_calls_histogram: dict[str, int] = Field(default_factory=dict)  # calls per episode -> episodes

@@ -36,6 +36,7 @@ from pipelines.qa.names import mentions
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.template import keyword_sentence, relation_sentence, remaining_questions
 from pipelines.qa.validate import resolve_steps
+from pipelines.train.graph_names import alias_words, graph_alias
 
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
@@ -54,6 +55,8 @@ class SFTConversation(BaseModel):
     conversations: list[dict[str, str]]
     source: str = "template"  # template | agent | teacher
     bucket: str | None = None
+    # the registered domain the tools answered from, when graph_type is an alias of it (pipelines/train/graph_names.py)
+    domain: str | None = None
 
 
 def omne_protocol(mode: str = "think") -> OmneProtocol:
@@ -138,7 +141,7 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
 
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
                           path_index: int = 0, misspell: random.Random | None = None,
-                          graph: RelationGraph | None = None) -> SFTConversation | None:
+                          graph: RelationGraph | None = None, graph_name: str | None = None) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -146,6 +149,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     the model looks that spelling up with entity_matcher and walks on from the exact name the matcher shows
     (None when the name cannot be misspelled, the question does not name it once, or the matcher does not
     show it). ``graph``: the domain's relation graph, for the thinking's reading of the path (``path_reading``).
+    ``graph_name``: the name the conversation gives the graph (an alias of the domain: prompt, thinking and calls
+    say it, the tools answer from the domain); None: the domain's own name.
     """
     protocol = omne_protocol(mode)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -154,41 +159,43 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     nodes = valid[path_index].nodes if valid else pair.path
     edges = valid[path_index].edges if valid else pair.path_edges
     domain, start = pair.domain, nodes[0]
+    shown = graph_name or domain
     question, query = pair.question, start
     start_as = misspelled_name(start, misspell) if misspell is not None else None
     if misspell is not None:
         if start_as is None or pair.question.count(start) != 1:
             return None
         question, query = pair.question.replace(start, start_as), start_as
-    turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(question, domain)}]
+    turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(question, shown)}]
 
-    def observe(call: str, must_show: str) -> str | None:
-        result = tools.call(call, graph_type=domain)
+    def observe(name: str, entity: str, must_show: str) -> str | None:
+        result = tools.call(_call(name, entity, domain), graph_type=domain)
         if not result.ok or not mentions(result.content, must_show):
             return None
         return protocol.response_message(result.content)
 
     hops = len(edges)
     reading = path_reading(graph, nodes, edges) if graph is not None else None
-    thoughts = path_thoughts(nodes, edges, domain, pair.answer, reading)
+    thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
-    call = _call("entity_matcher", query, domain)
+    call = _call("entity_matcher", query, shown)
     turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
-    response = observe(call, start)
+    response = observe("entity_matcher", query, start)
     if response is None:
         return None
     turns.append({"from": "observation", "value": response})
     for i, node in enumerate(nodes[:hops]):
-        call = _call("node_info", node, domain)
+        call = _call("node_info", node, shown)
         turns.append({"from": "gpt", "value": _gpt(thoughts[i + 1], f"<tool_call>{call}</tool_call>", mode)})
-        response = observe(call, nodes[i + 1])
+        response = observe("node_info", node, nodes[i + 1])
         if response is None:
             return None
         turns.append({"from": "observation", "value": response})
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
-    return SFTConversation(id=f"{pair.id}-t{path_index}" + ("-m" if start_as else ""), graph_type=domain,
+    return SFTConversation(id=f"{pair.id}-t{path_index}" + ("-m" if start_as else ""), graph_type=shown,
                            question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
-                           tools=_tools_text(protocol), conversations=turns, source="template", bucket=pair.bucket)
+                           tools=_tools_text(protocol), conversations=turns, source="template", bucket=pair.bucket,
+                           domain=domain if shown != domain else None)
 
 
 def trajectory_conversation(traj: Trajectory, *, source: str) -> SFTConversation | None:
@@ -263,6 +270,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
+    from pipelines.domains import load_registry
     from pipelines.eval.runner import load_gold_paths, load_split
     from pipelines.layout import kg_dir, qa_dir
     from pipelines.manifest import BuildResult, manifest_inputs, new_manifest, sha256_files, up_to_date, write_manifest
@@ -294,6 +302,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
     graphs = ({d: relation_graph(d, params) for d in domains} if settings.thinking == "remaining_question" else {})
+    words = alias_words(name for p in pairs for name in (p.path[0], p.answer))
+    registered = load_registry(params.registry_path).names
     records: list[SFTConversation] = []
     skipped = 0
     if "template" in settings.sources:
@@ -305,12 +315,15 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             for index in range(len(valid)):
                 record = None
                 rng = random.Random(f"{settings.seed}:{pair.id}:{index}")
+                naming = random.Random(f"{settings.seed}:{pair.id}:{index}:graph")  # own draws: adding it moved nothing
+                shown = (graph_alias(naming, words, registered)
+                         if naming.random() < settings.renamed_graph_share else None)
                 if rng.random() < settings.misspelled_start_fraction:
                     record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
-                                                   misspell=rng, graph=graphs.get(pair.domain))
+                                                   misspell=rng, graph=graphs.get(pair.domain), graph_name=shown)
                 if record is None:
                     record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
-                                                   graph=graphs.get(pair.domain))
+                                                   graph=graphs.get(pair.domain), graph_name=shown)
                 if record is None:
                     skipped += 1
                 else:
@@ -337,7 +350,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         manifest = new_manifest(
             "sft_conversations", files=sha256_files([tmp / CONVERSATIONS_FILE], tmp), inputs=inputs,
             params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped,
-                                 "misspelled_start": sum(r.id.endswith("-m") for r in records)},
+                                 "misspelled_start": sum(r.id.endswith("-m") for r in records),
+                                 "renamed_graph": sum(r.domain is not None for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
                       "format_examples": dict(list(bad.items())[:5]), "teacher": teacher_stats},
         )

@@ -19,6 +19,7 @@ from typing import Any
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import RLStageParams
+from pipelines.eval.metrics import graph_name_misses
 from pipelines.train.rl.episodes import encode_trajectory
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ def log_rollout_metrics(trainer: Any, trajectories: list[Trajectory]) -> None:
     bucket["rollout/rounds"].append(sum(t.rounds for t in trajectories) / n)
     bucket["rollout/generated_tokens"].append(sum(t.generated_tokens for t in trajectories) / n)
     bucket["rollout/answered"].append(sum(t.answer is not None for t in trajectories) / n)
+    bucket["rollout/unknown_graph_calls"].append(sum(graph_name_misses(t)[0] for t in trajectories) / n)
 
 
 def trajectory_rewards(names: list[str], weights: list[float] | None, options: dict[str, Any],
