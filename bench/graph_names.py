@@ -1,0 +1,160 @@
+#!/usr/bin/env python
+"""Does a trained agent read the graph's name from its prompt? A domain registered under a new name.
+
+A model that memorised its training graphs' names calls them (or invents one) on a graph it never saw by
+name. This benchmark registers one embedded domain's source under a NEW name in a throw-away project
+(``omne kg import``, as a user imports a graph), writes that domain's questions (its phrase lexicon
+copied, so they read as in training), evaluates the model on them (``omne eval``) and counts, over all
+tool calls, the share that name the new graph, a graph no server knows (``unknown_graph`` errors: the
+issue's target is <= 5%), or no graph; EM with its Wilson 95% interval.
+
+    .venv/bin/python bench/graph_names.py                               # make run's SFT model, chemistry
+    .venv/bin/python bench/graph_names.py --model artifacts/models/rl --domain medicine --name ward_notes
+    .venv/bin/python bench/graph_names.py --toy                          # smoke test: the base model, 2 + 2
+
+See docs/benchmarks.md ("Graph names") for the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, BenchParser, args_record, load_average, load_line, machine_info, verdict, write_results  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> Any:
+    parser = BenchParser("graph_names", description=__doc__, seeded=False, params=False,
+                         toy={"model": "base", "limit": 2}, toy_note="the base model on 2 + 2 questions")
+    parser.add_argument("--model", default=str(ROOT / "artifacts" / "models" / "sft"),
+                        help="the model to evaluate: a folder (SFT/RL adapter or model) or 'base' "
+                             "(default: %(default)s)")
+    parser.add_argument("--domain", default="chemistry", help="the embedded domain whose source is imported")
+    parser.add_argument("--name", default="lab_archive", help="the new name it is registered under (the graph_type)")
+    parser.add_argument("--limit", type=int, default=40, help="test questions per bucket (1/2-hop, 3+)")
+    parser.add_argument("--keep", type=Path, default=None, help="build the project here and keep it")
+    return parser.parse_args(argv)
+
+
+def omne(project: Path, *args: str) -> None:
+    """One `omne` command in the throw-away project (its own params.yaml, registry and artifacts)."""
+    command = [sys.executable, "-m", "pipelines.cli", "--params", str(project / "params.yaml"), *args]
+    subprocess.run(command, cwd=project, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def renamed_project(project: Path, domain: str, name: str, test_share: float) -> None:
+    """A project whose only domain is ``domain``'s source registered as ``name``, with its QA dataset built."""
+    project.mkdir(parents=True, exist_ok=True)
+    params = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    params = re.sub(r"(?m)^  test_share: [0-9.]+", f"  test_share: {test_share}", params, count=1)
+    (project / "params.yaml").write_text(params, encoding="utf-8")
+    (project / "kg_assets").mkdir(exist_ok=True)
+    (project / "kg_assets" / "domains.yaml").write_text("domains: {}\n", encoding="utf-8")
+    source = ROOT / "kg_assets" / domain
+    omne(project, "kg", "import", str(source / "triples.jsonl"), "--entities", str(source / "entities.jsonl"),
+         "--name", name, "--format", "triples", "--description", f"the {domain} graph under another name")
+    if (source / "phrases.yaml").is_file():  # the same lexicon: the questions read as the training ones do
+        shutil.copyfile(source / "phrases.yaml", project / "kg_assets" / name / "phrases.yaml")
+    omne(project, "qa", "seeds")
+    omne(project, "qa", "generate")
+    omne(project, "qa", "build")
+
+
+def graph_of(call: dict[str, Any]) -> str | None:
+    value = (call.get("arguments") or {}).get("graph_type")
+    return value if isinstance(value, str) else None
+
+
+def call_counts(predictions: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Tool calls by the graph they name: the new name, unknown to the tools, none given, or a parse error."""
+    kinds: Counter[str] = Counter()
+    written: Counter[str] = Counter()
+    per_question_unknown = []
+    for record in predictions:
+        trajectory = record["trajectory"]
+        unknown = 0
+        for call in trajectory.get("tool_calls", []):
+            graph = graph_of(call)
+            if call.get("error_type") == "unknown_graph":
+                kinds["unknown_graph"] += 1
+                unknown += 1
+            elif call.get("name") is None:
+                kinds["unparsed"] += 1
+            elif graph is None:
+                kinds["no_graph_named"] += 1
+            else:
+                kinds["new_name" if graph == name else "other_known_graph"] += 1
+            if graph is not None and graph != name:
+                written[graph] += 1
+        per_question_unknown.append(unknown)
+    total = sum(kinds.values())
+    shares = {k: round(v / total, 4) for k, v in kinds.items()} if total else {}
+    return {"calls": total, "by_kind": dict(kinds), "shares": shares,
+            "other_names_written": dict(written.most_common(10)),
+            "unknown_graph_calls_per_question": round(sum(per_question_unknown) / max(1, len(predictions)), 3)}
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return (0.0, 1.0)
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return (round(ci.low, 3), round(ci.high, 3))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    model = args.model if args.model == "base" else str(Path(args.model).resolve())
+    if model != "base" and not Path(model).exists():
+        print(f"error: no model at {model} (run `make run` first, or pass --model)", file=sys.stderr)
+        return 2
+    results: dict[str, Any] = {"benchmark": "graph_names", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                               "machine": {**machine_info(), "load_average_at_start": load_average()},
+                               "args": args_record(args)}
+    with tempfile.TemporaryDirectory(prefix="omne-graph-names-") as scratch:
+        project = args.keep or Path(scratch) / "project"
+        renamed_project(project, args.domain, args.name, test_share=0.5)
+        omne(project, "eval", "--model", model, "--split", "test", "--limit", str(args.limit), "--name", "renamed",
+             "--force")
+        lines = (project / "artifacts" / "reports" / "renamed" / "predictions.jsonl").read_text(encoding="utf-8")
+        predictions = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    n = len(predictions)
+    right = sum(r["correct"] is True for r in predictions)
+    counts = call_counts(predictions, args.name)
+    buckets = Counter(r["bucket"] for r in predictions)
+    results.update({"questions": n, "em": round(right / max(1, n), 4), "em_wilson95": wilson(right, n),
+                    "by_bucket": {b: round(sum(r["correct"] is True for r in predictions if r["bucket"] == b) / c, 4)
+                                  for b, c in sorted(buckets.items())}, **counts})
+    results["machine"]["load_average_at_end"] = load_average()
+    shares = counts["shares"]
+    unknown = shares.get("unknown_graph", 0.0)
+    table = "\n".join([
+        f"graph names: {args.domain!r} registered as {args.name!r}, model {args.model}",
+        f"  questions {n}, EM {results['em']:.3f} (Wilson 95% {results['em_wilson95'][0]:.3f}-"
+        f"{results['em_wilson95'][1]:.3f})",
+        f"  tool calls {counts['calls']}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(shares.items())),
+        f"  unknown-graph calls per question {counts['unknown_graph_calls_per_question']}; names written instead: "
+        f"{counts['other_names_written'] or 'none'}",
+        f"  target unknown-graph calls <= 5% of calls: {verdict(unknown <= 0.05 if counts['calls'] else None)} "
+        f"({unknown:.1%} of {counts['calls']})",
+        "  " + load_line(results["machine"]),
+    ])
+    write_results(results, table, args.out, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
