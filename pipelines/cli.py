@@ -68,7 +68,9 @@ def domains(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps([d.model_dump(mode="json", exclude_none=True) for d in registry.domains], indent=2))
         return
     for domain in registry.domains:
-        click.echo(f"{domain.name:<14} {domain.source.kind:<17} {domain.source.path}  {domain.description}")
+        click.echo(f"{domain.name:<18} {domain.source.kind:<17} {domain.source.path}  {domain.description}")
+        if domain.origin or domain.licence:
+            click.echo(f"{'':<18} {domain.field or '':<17} {domain.origin or ''}; licence: {domain.licence or '?'}")
 
 
 @cli.command("params")

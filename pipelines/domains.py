@@ -115,6 +115,10 @@ class Domain(BaseModel):
     name: str
     description: str = ""
     source: SourceSpec
+    # provenance shown by `omne domains` and `omne run` (the embedded domains set them; SOURCE.md has the rest)
+    field: str | None = None  # the field of knowledge, e.g. "chemistry", "air transport"
+    origin: str | None = None  # where the data comes from, e.g. "mendeleev 1.3.0 (NUBASE2020, IUPAC)"
+    licence: str | None = None  # the data's licence(s), e.g. "MIT; CC BY 4.0"
 
     @field_validator("name")
     @classmethod

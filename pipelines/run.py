@@ -254,10 +254,17 @@ def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, fo
     every registered domain took part (``all_domains``): a dataset of some domains is not the one DVC and
     Dagster describe.
     """
-    from pipelines.tables import print_domain_table, print_eval_table, print_qa_stats, print_stage_table
+    from pipelines.tables import (
+        print_domain_sources,
+        print_domain_table,
+        print_eval_table,
+        print_qa_stats,
+        print_stage_table,
+    )
 
     times = StageTimes(inline=inline)
     built: list[BuiltArtifact] = []
+    print_domain_sources(domains)
     try:
         print_domain_table(build_domain_artifacts(params, domains, force=force, times=times, built=built))
         with times.timed("QA dataset + checks"):

@@ -25,6 +25,16 @@ def _table(title: str, columns: list[str], left: tuple[str, ...]) -> Table:
     return table
 
 
+def print_domain_sources(domains: list[Any]) -> None:
+    """One row per domain (``pipelines.domains.Domain``): its field, where its data comes from and the licence."""
+    if not domains:
+        return
+    table = _table("omne domains", ["domain", "field", "source", "licence"], ("domain", "field", "source", "licence"))
+    for domain in domains:
+        table.add_row(domain.name, domain.field or "-", domain.origin or domain.source.path, domain.licence or "-")
+    console().print(table)
+
+
 def print_domain_table(rows: list[DomainRow]) -> None:
     """One row per domain: the KG's statistics, the index's self-retrieval, what was rebuilt and the time."""
     if not rows:
