@@ -246,3 +246,22 @@ def test_graph_aliases_are_slugs_drawn_from_entity_words_and_never_a_taken_name(
     assert drawn == [graph_alias(r, words, taken=["jupiter"]) for r in [random.Random(0)] for _ in range(200)]
     with pytest.raises(ValueError, match="no words"):
         graph_alias(rng, [], taken=[])
+
+
+def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket() -> None:
+    from collections import Counter
+
+    from pipelines.train.sft_data import balanced_sample
+    from tests.test_qa_expectations import pair
+
+    pairs = [pair(f"Q{d}{i}?", ["A", f"B{d}{i}"], ["r"], "train", domain=d) for d in ("big", "mid") for i in
+             range({"big": 40, "mid": 12}[d])]
+    pairs += [pair(f"Q{i} deep?", ["A", "B", "C", f"D{i}"], ["r", "s", "t"], "train", domain="small") for i in range(3)]
+    chosen = balanced_sample(pairs, per_bucket=20, seed=0)
+    by = Counter((p.bucket, p.domain) for p in chosen)
+    assert by == {("1-2", "big"): 10, ("1-2", "mid"): 10, ("3+", "small"): 3}  # in turn, not by size
+    assert len({p.id for p in chosen}) == len(chosen)
+    assert [p.id for p in balanced_sample(pairs, 20, 0)] == [p.id for p in chosen]  # stable per seed
+    assert [p.id for p in balanced_sample(pairs, 20, 1)] != [p.id for p in chosen]
+    few = balanced_sample(pairs, per_bucket=5, seed=0)
+    assert Counter(p.domain for p in few if p.bucket == "1-2") == {"big": 3, "mid": 2}

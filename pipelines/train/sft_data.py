@@ -261,6 +261,27 @@ def _count(values: Any) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def balanced_sample(pairs: list[QAPair], per_bucket: int, seed: int) -> list[QAPair]:
+    """At most ``per_bucket`` pairs of each bucket, taken from the domains in turn (a shuffled order within
+    each), so that every domain has the same share of the conversations whatever its number of pairs: with
+    many domains the quick profile trains on all of them in the same time."""
+    rng = random.Random(seed)
+    chosen: list[QAPair] = []
+    for bucket in sorted({p.bucket for p in pairs}):
+        queues = []
+        for domain in sorted({p.domain for p in pairs if p.bucket == bucket}):
+            members = sorted((p for p in pairs if p.bucket == bucket and p.domain == domain), key=lambda p: p.id)
+            rng.shuffle(members)
+            queues.append(members)
+        taken: list[QAPair] = []
+        while len(taken) < per_bucket and any(queues):
+            for queue in queues:
+                if queue and len(taken) < per_bucket:
+                    taken.append(queue.pop(0))
+        chosen += taken
+    return chosen
+
+
 def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = None, progress: bool = True) -> Any:
     """artifacts/sft/conversations.jsonl (+ manifest): the configured sources over the train split.
 
@@ -286,17 +307,12 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)
         inputs |= manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}")
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
+               "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
     if settings.max_per_bucket is not None:
-        rng = random.Random(settings.seed)
-        chosen = []
-        for bucket in sorted({p.bucket for p in pairs}):
-            members = sorted((p for p in pairs if p.bucket == bucket), key=lambda p: p.id)
-            rng.shuffle(members)
-            chosen += members[: settings.max_per_bucket]
-        pairs = chosen
+        pairs = balanced_sample(pairs, settings.max_per_bucket, settings.seed)
     golds = load_gold_paths(params)
     toolbox = KGToolbox(params, domains)
     toolbox.load_all()
