@@ -110,6 +110,21 @@ def test_question_is_written_from_relation_descriptions(tmp_path: Path) -> None:
     assert keyword_sentence("A", "code also", "B") == "A has the code also B"
 
 
+def test_a_sentence_that_starts_with_a_lower_case_name_keeps_the_name_as_written() -> None:
+    names = ["iPhone", "Apple", "United States", "US Dollar"]
+    entities = pl.DataFrame({"id": [0, 1, 2, 3], "name": names, "key": [n.lower() for n in names],
+                             "type": ["product", "company", "country", "currency"], "description": [""] * 4,
+                             "source_ids": [[], [], [], []]}, schema=ENTITY_SCHEMA)
+    relations = pl.DataFrame({"src": [0, 1, 2], "dst": [1, 2, 3], "keywords": ["made by", "based in", "uses currency"],
+                              "description": ["iPhone is made by Apple.", "Apple is based in United States.",
+                                              "United States uses the US Dollar."], "weight": [1.0] * 3},
+                             schema=RELATION_SCHEMA)
+    graph = RelationGraph(KnowledgeGraph(entities=entities, relations=relations, directed=True))
+    assert write_question(graph, 0, [Step(0, True), Step(1, True), Step(2, True)]) == \
+        "iPhone is made by a company, which is based in a country. Which currency does that country use?"
+    assert write_question(graph, 0, [Step(0, True)]) == "Which company is iPhone made by?"
+
+
 def test_names_are_matched_as_whole_names() -> None:
     assert mentions("Actinium-205 decays to which isotope?", "Actinium-205")
     assert not mentions("Actinium-205 decays to which isotope?", "Actinium")

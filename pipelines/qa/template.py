@@ -49,12 +49,15 @@ def _fill(template: str, **values: str) -> str:
     return template
 
 
-def _sentence(text: str) -> str:
+def _sentence(text: str, name: str = "") -> str:
+    """The text as a sentence: one space between words, the first letter capitalised unless the text starts
+    with the entity ``name`` (a name keeps its case: "configparser.ConfigParser", "iPhone")."""
     text = _SPACES.sub(" ", text).strip()
-    return text[:1].upper() + text[1:]
+    return text if name and text.startswith(name) else text[:1].upper() + text[1:]
 
 
-WRITER_VERSION = 2  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
+WRITER_VERSION = 3  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
+# (3: a question or sentence that starts with a lower-case name keeps it as written)
 MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at most three in all)
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
@@ -142,7 +145,7 @@ def write_question(graph: RelationGraph, start: int, steps: list[Step]) -> str |
         question = _bridge_sentences(phrases, forward, start_name, nouns)
     if question is None:
         return None
-    question = _sentence(question)
+    question = _sentence(question, start_name)
     return question if question.endswith("?") else question.rstrip(".") + "?"
 
 
@@ -168,7 +171,7 @@ def _bridge_sentences(phrases: list[RelationPhrases], forward: list[bool], start
     final = _ask(phrases[-1], forward[-1], bridges.refer(k - 1), nouns[-1])
     if final is None or len(sentences) > MAX_STATEMENTS:
         return None
-    return " ".join([*(_sentence(s) + "." for s in sentences), _sentence(final)])
+    return " ".join([*(_sentence(s, start_name) + "." for s in sentences), _sentence(final)])
 
 
 def remaining_questions(graph: RelationGraph, start: int, steps: list[Step]) -> list[str]:
