@@ -93,13 +93,15 @@ def print_qa_report(report: Any) -> None:
 
 
 def print_eval_table(runs: list) -> None:
-    """One row per run and group: EM, normalised EM, F1, Hit@1, tool calls and tokens per question."""
-    table = _table("omne evaluation", ["run", "group", "n", "EM", "norm EM", "F1", "Hit@1", "answered", "calls/q",
-                                       "gen tok/q"], ("run", "group"))
+    """One row per run and group: EM and its Wilson 95% interval, normalised EM, F1, Hit@1, tool calls and tokens
+    per question."""
+    table = _table("omne evaluation", ["run", "group", "n", "EM", "EM 95% CI", "norm EM", "F1", "Hit@1", "answered",
+                                       "calls/q", "gen tok/q"], ("run", "group"))
     for metrics in runs:
         groups = [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items())]
         for label, scores in groups:
-            table.add_row(metrics.run, label, str(scores.n), f"{scores.em:.3f}", f"{scores.norm_em:.3f}",
+            table.add_row(metrics.run, label, str(scores.n), f"{scores.em:.3f}",
+                          f"{scores.em_low:.2f}-{scores.em_high:.2f}", f"{scores.norm_em:.3f}",
                           f"{scores.f1:.3f}", f"{scores.hit1:.3f}", f"{scores.answered:.2f}",
                           f"{metrics.efficiency.kg_calls_per_sample:.2f}" if label == "all" else "",
                           f"{metrics.efficiency.generated_tokens_mean:.0f}" if label == "all" else "")

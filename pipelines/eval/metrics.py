@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.schema import HOP_GROUPS, SCORE_FIELDS, Behaviour, Efficiency, EvalMetrics, Scores, hops_key
+from pipelines.eval.stats import wilson_interval
 from pipelines.kg.model import normalise_key
 from pipelines.qa.models import GoldPath
 from pipelines.qa.names import mentions
@@ -260,12 +261,15 @@ def score_trajectories(trajs: Sequence[Trajectory], resolve: Resolver | None = N
 
 
 def aggregate(scores: Sequence[QuestionScore]) -> Scores:
-    """Means over questions (every question weighs the same, whatever its number of samples)."""
+    """Means over questions (every question weighs the same, whatever its number of samples), and the Wilson
+    95% interval of EM over those questions (a question is right when any of its samples is)."""
     if not scores:
         return Scores()
+    correct = sum(s.em for s in scores)
+    low, high = wilson_interval(correct, len(scores))
     return Scores(
         n=len(scores),
-        em=float(np.mean([s.em for s in scores])),
+        em=correct / len(scores), em_low=low, em_high=high,
         norm_em=float(np.mean([s.norm_em for s in scores])),
         f1=float(np.mean([s.f1 for s in scores])),
         hit1=float(np.mean([s.hit1 for s in scores])),

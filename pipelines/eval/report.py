@@ -1,8 +1,9 @@
 """The evaluation report (docs/evaluation.md, "Reports"): artifacts/reports/<run>/ holds
 
 - ``metrics.json``: a flat ``summary`` of the main numbers first, then the whole :class:`EvalMetrics`
-  (:func:`read_metrics` reads it back); ``summary.json``: the flat numbers alone (em, f1, hit1,
-  em_1_2, em_3_plus, em_hop_ge4, em_domain_<d>, ...), the narrow table for ``dvc metrics show``;
+  (:func:`read_metrics` reads it back); ``summary.json``: the flat numbers alone (em, em_low, em_high, f1,
+  hit1, em_1_2, em_1_2_low, em_3_plus, em_hop_ge4, em_domain_<d>, ...), the narrow table for ``dvc metrics
+  show``;
 - ``predictions.jsonl``: one line per trajectory (question, gold answers, prediction, correctness,
   valid gold paths and the full trajectory);
 - ``plots/*.png``: accuracy by bucket, hop count and domain; tool-call and generated-token
@@ -34,7 +35,16 @@ from typing import Any
 from pipelines.agent.protocols import PROTOCOLS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.atomic import atomic_directory
-from pipelines.eval.schema import BUCKETS, HEADLINE_FIELDS, HOP_GROUPS, SCORE_FIELDS, SCORE_LABELS, EvalMetrics, Scores
+from pipelines.eval.schema import (
+    BUCKETS,
+    HEADLINE_FIELDS,
+    HOP_GROUPS,
+    INTERVAL_FIELDS,
+    SCORE_FIELDS,
+    SCORE_LABELS,
+    EvalMetrics,
+    Scores,
+)
 from pipelines.manifest import Manifest, new_manifest, sha256_files, write_manifest
 from pipelines.qa.models import GoldPath, GoldPathItem
 from pipelines.qa.report import QAReport
@@ -118,14 +128,21 @@ def read_metrics(folder: Path) -> EvalMetrics:
 
 
 def flat_metrics(metrics: EvalMetrics) -> dict[str, float | int]:
-    """The main numbers under flat keys: em, f1, hit1, em_1_2, em_3_plus, em_hop_ge4, em_domain_<d>, ..."""
+    """The main numbers under flat keys: em, em_low, em_high (EM's Wilson 95% interval), f1, hit1, em_1_2,
+    em_1_2_low, em_1_2_high, em_3_plus, em_hop_ge4, em_domain_<d>, ..."""
     flat: dict[str, float | int] = {"n": metrics.overall.n}
-    flat.update({f: _num(getattr(metrics.overall, f)) for f in SCORE_FIELDS})
+    for f in SCORE_FIELDS:
+        flat[f] = _num(getattr(metrics.overall, f))
+        if f == "em":
+            flat.update({name: _num(getattr(metrics.overall, name)) for name in INTERVAL_FIELDS})
     for prefix, groups, order in (("", metrics.by_bucket, BUCKETS), ("hop_", metrics.by_hops, HOP_GROUPS),
                                   ("domain_", metrics.by_domain, ())):
         for key in _ordered(groups, order):
             scores, slug = groups[key], prefix + slug_key(key)
-            flat.update({f"{f}_{slug}": _num(getattr(scores, f)) for f in HEADLINE_FIELDS})
+            for f in HEADLINE_FIELDS:
+                flat[f"{f}_{slug}"] = _num(getattr(scores, f))
+                if f == "em":
+                    flat[f"em_{slug}_low"], flat[f"em_{slug}_high"] = _num(scores.em_low), _num(scores.em_high)
             flat[f"n_{slug}"] = scores.n
     flat.update({k: _num(getattr(metrics.efficiency, k)) for k in EFFICIENCY_LABELS})
     flat.update({k: _num(getattr(metrics.behaviour, k)) for k in BEHAVIOUR_SCALARS})
@@ -289,7 +306,10 @@ def _accuracy_plot(groups: dict[str, Scores], order: tuple[str, ...], title: str
         for offset, field in enumerate(HEADLINE_FIELDS):
             xs = [i + (offset - 1) * width for i in range(len(keys))]
             values = [getattr(groups[k], field) for k in keys]
-            bars = axes.bar(xs, values, width, label=SCORE_LABELS[field])
+            errors = ([[v - groups[k].em_low for k, v in zip(keys, values, strict=True)],
+                       [groups[k].em_high - v for k, v in zip(keys, values, strict=True)]] if field == "em" else None)
+            bars = axes.bar(xs, values, width, label=SCORE_LABELS[field] + (" (95% CI)" if errors else ""),
+                            yerr=errors, capsize=3 if errors else 0, error_kw={"elinewidth": 0.8})
             axes.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=1)
         axes.set_xticks(range(len(keys)), [f"{k}\n(n={groups[k].n})" for k in keys],
                         rotation=30 if len(keys) > 6 else 0)
@@ -372,8 +392,11 @@ def _asset(name: str) -> str:
 
 def _headline(metrics: EvalMetrics) -> str:
     fields = (*HEADLINE_FIELDS, "answered")
+    overall = metrics.overall
     return "".join(f'<div class="card" data-testid="headline-{html.escape(f)}"><div class="big">'
-                   f"{_fmt(getattr(metrics.overall, f))}</div><div>{html.escape(SCORE_LABELS[f])}</div></div>"
+                   f"{_fmt(getattr(overall, f))}</div><div>{html.escape(SCORE_LABELS[f])}</div>"
+                   + (f'<div class="ci" data-testid="headline-em-ci">95% CI {_interval(overall)}</div>'
+                      if f == "em" else "") + "</div>"
                    for f in fields)
 
 
@@ -385,11 +408,16 @@ def _scores_table(metrics: EvalMetrics) -> str:
     e = html.escape
     body = "".join(
         f'<tr data-testid="score-row" data-group="{e(group)}" data-key="{e(key)}"><th>{e(group)}</th><td>{e(key)}</td>'
-        f"<td>{s.n}</td>" + "".join(f"<td>{_fmt(getattr(s, f))}</td>" for f in SCORE_FIELDS) + "</tr>"
+        f"<td>{s.n}</td>" + "".join(f"<td>{_fmt(getattr(s, f))}</td>" + (
+            f'<td data-testid="em-ci">{_interval(s)}</td>' if f == "em" else "") for f in SCORE_FIELDS) + "</tr>"
         for group, key, s in rows)
-    head = "".join(f"<th>{h}</th>" for h in ("group", "key", "n", *(SCORE_LABELS[f] for f in SCORE_FIELDS)))
+    labels = [h for f in SCORE_FIELDS for h in ((SCORE_LABELS[f], "EM 95% CI") if f == "em" else (SCORE_LABELS[f],))]
+    head = "".join(f"<th>{h}</th>" for h in ("group", "key", "n", *labels))
     return (f'<table id="metrics-table" data-testid="metrics-table"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+            f"<tbody>{body}</tbody></table>"
+            '<p class="ci">EM 95% CI: the Wilson score interval of the group\'s n questions (a question with '
+            "several samples counts once); two runs are compared question by question with "
+            "<code>omne eval compare</code>.</p>")
 
 
 def _quality_section(report: QAReport | None) -> str:
@@ -440,6 +468,11 @@ def _repeats_table(metrics: EvalMetrics) -> str:
 
 def _num(value: float | int) -> float | int:
     return round(value, 6) if isinstance(value, float) else value
+
+
+def _interval(scores: Scores) -> str:
+    """EM's Wilson 95% interval as text: '0.254–0.746'."""
+    return f"{scores.em_low:.3f}–{scores.em_high:.3f}"
 
 
 def _fmt(value: float | int) -> str:

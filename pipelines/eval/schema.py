@@ -7,25 +7,46 @@ report, its plots and its flat summary all read them from this module, so they c
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
+from pipelines.eval.stats import wilson_interval
 from pipelines.qa.models import Bucket
 
 
 class Scores(BaseModel):
-    """Answer quality over a group of questions (means over questions, in [0, 1])."""
+    """Answer quality over a group of questions (means over questions, in [0, 1]).
+
+    ``n`` is the number of questions: a question answered by several samples (eval.samples > 1) counts once,
+    scored by the N-run union, so ``em_low``/``em_high`` (the Wilson 95% interval of EM, of ``round(em * n)``
+    right out of ``n``) are about questions, not episodes. Scores read from a report written before the
+    interval existed get it computed from ``n`` and ``em``.
+    """
 
     n: int = 0
     em: float = 0.0  # exact match after whitespace strip (the Omne-R1 paper's metric)
+    em_low: float = 0.0  # Wilson 95% interval of em (0-1 when n is 0)
+    em_high: float = 1.0
     norm_em: float = 0.0  # exact match after SQuAD-style normalisation (case, punctuation, articles)
     f1: float = 0.0  # answer-set F1 (answers split, normalised, deduped, resolved to KG entities)
     hit1: float = 0.0  # the first predicted answer is a gold answer
     answered: float = 0.0  # share of episodes that produced an <answer>
 
+    @model_validator(mode="before")
+    @classmethod
+    def _interval(cls, data: Any) -> Any:
+        """Fill the EM interval when it is not given (old metrics.json files, scores built by hand)."""
+        if isinstance(data, dict) and not {"em_low", "em_high"} <= data.keys():
+            n, em = int(data.get("n", 0) or 0), float(data.get("em", 0.0) or 0.0)
+            low, high = wilson_interval(min(n, max(0, round(em * n))), n)
+            data = {"em_low": low, "em_high": high, **data}
+        return data
 
-SCORE_FIELDS: tuple[str, ...] = tuple(name for name in Scores.model_fields if name != "n")  # em, norm_em, f1, ...
+
+INTERVAL_FIELDS: tuple[str, ...] = ("em_low", "em_high")  # the bounds of EM's interval, reported beside it
+SCORE_FIELDS: tuple[str, ...] = tuple(name for name in Scores.model_fields
+                                      if name != "n" and name not in INTERVAL_FIELDS)  # em, norm_em, f1, ...
 SCORE_LABELS: dict[str, str] = {"em": "EM", "norm_em": "norm. EM", "f1": "F1", "hit1": "Hit@1", "answered": "answered"}
 HEADLINE_FIELDS: tuple[str, ...] = ("em", "f1", "hit1")  # the numbers reported per group (flat metrics, plots)
 
