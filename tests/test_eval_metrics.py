@@ -116,6 +116,59 @@ def test_empty_and_missing_predictions() -> None:
     assert aggregate([]) == Scores()
 
 
+# ----- the interval beside EM -------------------------------------------------------------------------
+def _wilson_by_formula(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval from its textbook formula: an independent check of scipy's."""
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
+def test_wilson_interval_known_cases() -> None:
+    from pipelines.eval.stats import wilson_interval
+
+    assert wilson_interval(0, 12) == (0.0, pytest.approx(0.2425, abs=1e-4))  # 0 right still leaves ~24% plausible
+    low, high = wilson_interval(6, 12)
+    assert (low, high) == (pytest.approx(0.2538, abs=1e-4), pytest.approx(0.7462, abs=1e-4))
+    assert low + high == pytest.approx(1.0)  # symmetric around 1/2
+    assert wilson_interval(12, 12) == (pytest.approx(0.7575, abs=1e-4), 1.0)
+    for k, n in ((0, 12), (3, 12), (6, 12), (1, 1), (37, 200)):
+        assert wilson_interval(k, n) == pytest.approx(_wilson_by_formula(k, n), abs=1e-9)
+    assert wilson_interval(0, 0) == (0.0, 1.0)  # no question: nothing is known
+    with pytest.raises(ValueError, match="13 correct out of 12"):
+        wilson_interval(13, 12)
+
+
+def test_every_scores_group_carries_the_em_interval() -> None:
+    right = [traj(f"r{i}", answer="Paris", bucket="1-2") for i in range(6)]
+    wrong = [traj(f"w{i}", answer="Lyon", bucket="3+", hops=3) for i in range(6)]
+    m = evaluate_trajectories(right + wrong, run="r", model="m", protocol="omne", split="test", wall_time_s=1.0)
+    assert (m.overall.n, m.overall.em) == (12, 0.5)
+    assert (m.overall.em_low, m.overall.em_high) == (pytest.approx(0.2538, abs=1e-4), pytest.approx(0.7462, abs=1e-4))
+    one_two, three = m.by_bucket["1-2"], m.by_bucket["3+"]
+    assert (one_two.em, one_two.em_high, three.em, three.em_low) == (1.0, 1.0, 0.0, 0.0)
+    assert one_two.em_low == pytest.approx(_wilson_by_formula(6, 6)[0])
+    assert three.em_high == pytest.approx(_wilson_by_formula(0, 6)[1])
+    assert m.by_hops["3"] == three and m.by_domain["geo"] == m.overall
+    # N-run union: n counts questions, not episodes; a question is right when any sample is
+    union = evaluate_trajectories([traj("q", answer="Lyon", sample=0), traj("q", answer="Paris", sample=1),
+                                   traj("p", answer="Lyon", sample=0), traj("p", answer="Lyon", sample=1)],
+                                  run="u", model="m", protocol="omne", split="test", wall_time_s=1.0)
+    assert (union.overall.n, union.overall.em) == (2, 0.5)
+    assert (union.overall.em_low, union.overall.em_high) == pytest.approx(_wilson_by_formula(1, 2))
+
+
+def test_scores_without_an_interval_get_it_from_n_and_em() -> None:
+    """metrics.json written before the interval existed still reads, with the interval computed."""
+    old = Scores.model_validate({"n": 12, "em": 0.0, "norm_em": 0.0, "f1": 0.1, "hit1": 0.0, "answered": 1.0})
+    assert (old.em_low, old.em_high) == (0.0, pytest.approx(0.2425, abs=1e-4))
+    assert Scores(n=12, em=0.5).em_low == pytest.approx(0.2538, abs=1e-4)
+    assert (Scores().em_low, Scores().em_high) == (0.0, 1.0)
+    given = Scores(n=12, em=0.5, em_low=0.1, em_high=0.9)  # values that are given are kept
+    assert (given.em_low, given.em_high) == (0.1, 0.9)
+    assert Scores.model_validate_json(given.model_dump_json()) == given
+
+
 # ----- N-run union and grouping -----------------------------------------------------------------------
 def test_n_run_union_raises_f1() -> None:
     gold = ["Paris", "Marseille"]

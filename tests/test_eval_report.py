@@ -187,6 +187,40 @@ def test_report_files_and_manifest(report: Path) -> None:
     assert all(sha256_file(report / name) == sha for name, sha in manifest.files.items())
 
 
+def test_the_em_interval_is_in_every_file_and_the_table(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Wilson 95% intervals beside EM: metrics.json, summary.json (em_low, em_<group>_low, ...), report.html and
+    the `omne evaluation` table; 2 of 4 right is 0.150-0.850, 2 of 2 0.342-1, 0 of 1 0-0.793."""
+    data = json.loads((report / "metrics.json").read_text(encoding="utf-8"))
+    assert (data["overall"]["em_low"], data["overall"]["em_high"]) == (pytest.approx(0.15004, abs=1e-5),
+                                                                       pytest.approx(0.84996, abs=1e-5))
+    assert data["by_bucket"]["1-2"]["em_low"] == pytest.approx(0.34238, abs=1e-5)
+    summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
+    assert list(summary)[:4] == ["n", "em", "em_low", "em_high"]
+    expected = {"em_low": 0.150039, "em_high": 0.849961, "em_1_2_low": 0.34238, "em_1_2_high": 1.0,
+                "em_3_plus_low": 0.0, "em_3_plus_high": 0.65762, "em_hop_ge4_high": 0.793451,
+                "em_domain_chem_low": 0.094531, "em_domain_solar_high": 0.905469}
+    assert {k: summary[k] for k in expected} == expected
+    assert all(f"em_{slug}_{side}" in summary for slug in ("1_2", "3_plus", "hop_1", "hop_2", "hop_3", "hop_ge4",
+                                                         "domain_chem", "domain_solar") for side in ("low", "high"))
+
+    page = (report / "report.html").read_text(encoding="utf-8")
+    assert "<th>EM</th><th>EM 95% CI</th><th>norm. EM</th>" in page
+    assert ('data-key="all"><th>overall</th><td>all</td><td>4</td><td>0.500</td>'
+            '<td data-testid="em-ci">0.150–0.850</td>') in page
+    assert '<td data-testid="em-ci">0.000–0.658</td>' in page  # bucket 3+: 0 of 2
+    assert '<div class="ci" data-testid="headline-em-ci">95% CI 0.150–0.850</div>' in page
+
+    from pipelines.tables import print_eval_table
+
+    print_eval_table([read_metrics(report)])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("EM 95% CI" in line for line in lines)
+    rows = {line.split("│")[2].strip(): [c.strip() for c in line.split("│")[3:6]] for line in lines
+            if line.count("│") > 5 and "tiny-test" in line}
+    assert rows == {"all": ["4", "0.500", "0.15-0.85"], "bucket 1-2": ["2", "1.000", "0.34-1.00"],
+                    "bucket 3+": ["2", "0.000", "0.00-0.66"]}
+
+
 def test_html_is_self_contained_and_escaped(report: Path) -> None:
     page = (report / "report.html").read_text(encoding="utf-8")
     assert page.count("</script>") == 2  # the data block and the viewer's code: none from model text
