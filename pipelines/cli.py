@@ -541,7 +541,7 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
                f"-> {result.folder}")
 
 
-@cli.command("eval")
+@cli.group("eval", invoke_without_command=True, subcommand_metavar="[compare RUN_A RUN_B]")
 @click.option("--model", "model", default="base", show_default=True,
               help="base (params agent.base_model), a local transformers folder, a PEFT adapter folder, or the "
                    "model name at --endpoint.")
@@ -576,13 +576,24 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
                  baseline: str | None, endpoint: str | None, tools_server: str | None, name: str | None,
                  kgqa: Path | None, triples: Path | None, kgqa_domain: str | None, kgqa_hops: int,
                  force: bool) -> None:
-    """Evaluate a model (or a baseline) on a QA split: EM, F1, Hit@1 per bucket, hop and domain, efficiency
-    and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json, predictions.jsonl, report.html).
+    """Evaluate a model (or a baseline) on a QA split: EM (with its Wilson 95% interval), F1, Hit@1 per bucket,
+    hop and domain, efficiency and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json,
+    predictions.jsonl, report.html).
 
     With --kgqa FILE --triples FILE it evaluates on an external question set instead (--limit is then
     a number of questions): the topic entities are named in the prompt and the tools see only the
     2-hop subgraph around them.
+
+    `omne eval compare RUN_A RUN_B` compares two reports question by question instead (exact McNemar test;
+    `omne eval compare --help`).
     """
+    if ctx.invoked_subcommand is not None:
+        given = [f"--{name.replace('_', '-')}" for name in ctx.params
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: options of the evaluation itself, not of "
+                                   f"`omne eval {ctx.invoked_subcommand}`")
+        return
     from pipelines.agent.client import HttpToolClient
     from pipelines.eval.runner import evaluate, evaluate_cached
 
@@ -613,6 +624,33 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
                    f"an answer in the {summary['hops']}-hop subgraph {summary['answer_in_subgraph']:.0%} "
                    "(the most Hit@1 can reach)")
     click.echo(f"report: {result.folder / 'report.html'}")
+
+
+@eval_command.command("compare", short_help="Compare two reports question by question (exact McNemar test).")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+              help="Significance level of the verdict.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.pass_context
+def eval_compare(ctx: click.Context, run_a: str, run_b: str, alpha: float, as_json: bool) -> None:
+    """Compare two evaluation reports on the questions both answered: how many both got right, only A, only B,
+    neither; each one's EM on those questions; McNemar's exact test (two-sided binomial test on the questions
+    only one got right) and a verdict, overall and per bucket.
+
+    RUN_A and RUN_B are report names under artifacts/reports/ or paths to report folders. A question is right
+    when any of its samples is (as the report scores it).
+    """
+    from pipelines.eval.compare import compare_reports, report_folder
+    from pipelines.layout import reports_dir
+    from pipelines.tables import print_comparison
+
+    reports = None if all(Path(r).is_dir() for r in (run_a, run_b)) else reports_dir(_params(ctx).artifacts_dir)
+    comparison = compare_reports(report_folder(run_a, reports), report_folder(run_b, reports), alpha=alpha)
+    if as_json:
+        click.echo(comparison.model_dump_json(indent=2))
+        return
+    print_comparison(comparison)
 
 
 @cli.command()

@@ -108,6 +108,22 @@ def print_eval_table(runs: list) -> None:
     console().print(table)
 
 
+def print_comparison(comparison: Any) -> None:
+    """`omne eval compare`: one row per group of shared questions (``pipelines.eval.compare.Comparison``), then
+    the questions left out and the verdict."""
+    c = comparison
+    table = _table(f"omne eval compare: A = {c.run_a}, B = {c.run_b} (exact McNemar, two-sided)",
+                   ["group", "n", "both right", "only A", "only B", "both wrong", "EM A", "EM B", "p"], ("group",))
+    for label, s in [("all", c.overall), *((f"bucket {k}", v) for k, v in c.by_bucket.items())]:
+        table.add_row(label, str(s.n), str(s.both), str(s.only_a), str(s.only_b), str(s.neither), f"{s.em_a:.3f}",
+                      f"{s.em_b:.3f}", f"{s.p_value:.3g}")
+    out = console()
+    out.print(table)
+    if c.only_in_a or c.only_in_b:
+        out.print(f"left out: {c.only_in_a} questions only in A, {c.only_in_b} only in B", highlight=False)
+    out.print(c.verdict, highlight=False)
+
+
 def print_stage_table(times: StageTimes) -> None:
     """Wall time, share of the run and peak resident memory of each stage of one `omne run`, and where it ran
     (``main``: the `omne run` process, its high-water mark reset at the stage's start; ``child``: a process of
