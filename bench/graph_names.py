@@ -53,14 +53,21 @@ def omne(project: Path, *args: str) -> None:
     subprocess.run(command, cwd=project, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def renamed_project(project: Path, domain: str, name: str, test_share: float) -> None:
-    """A project whose only domain is ``domain``'s source registered as ``name``, with its QA dataset built."""
+def project_params(project: Path, test_share: float | None = None) -> None:
+    """The project's params.yaml: the repository's, with another test share if given."""
     project.mkdir(parents=True, exist_ok=True)
     params = (ROOT / "params.yaml").read_text(encoding="utf-8")
-    params = re.sub(r"(?m)^  test_share: [0-9.]+", f"  test_share: {test_share}", params, count=1)
+    if test_share is not None:
+        params = re.sub(r"(?m)^  test_share: [0-9.]+", f"  test_share: {test_share}", params, count=1)
     (project / "params.yaml").write_text(params, encoding="utf-8")
     (project / "kg_assets").mkdir(exist_ok=True)
     (project / "kg_assets" / "domains.yaml").write_text("domains: {}\n", encoding="utf-8")
+
+
+def renamed_project(project: Path, domain: str, name: str, test_share: float | None) -> None:
+    """A project whose only domain is ``domain``'s source registered as ``name`` (``omne kg import``), with its
+    QA dataset built (its questions as the main project writes them: the same params and phrase lexicon)."""
+    project_params(project, test_share)
     source = ROOT / "kg_assets" / domain
     omne(project, "kg", "import", str(source / "triples.jsonl"), "--entities", str(source / "entities.jsonl"),
          "--name", name, "--format", "triples", "--description", f"the {domain} graph under another name")
