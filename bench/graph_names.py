@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, BenchParser, args_record, load_average, load_line, machine_info, verdict, write_results  # noqa: E402
 
+from pipelines.eval.stats import wilson_interval  # noqa: E402
+
 
 def parse_args(argv: list[str] | None) -> Any:
     parser = BenchParser("graph_names", description=__doc__, seeded=False, params=False,
-                         toy={"model": "base", "limit": 2}, toy_note="the base model on 2 + 2 questions")
+                         toy={"model": "base", "limit": 2},
+                         toy_note="the tests' solar graph as the imported one, the tiny random llama as the model")
     parser.add_argument("--model", default=str(ROOT / "artifacts" / "models" / "sft"),
                         help="the model to evaluate: a folder (SFT/RL adapter or model) or 'base' "
                              "(default: %(default)s)")
@@ -47,16 +51,47 @@ def parse_args(argv: list[str] | None) -> Any:
     return parser.parse_args(argv)
 
 
+@dataclass(frozen=True)
+class DomainSource:
+    """A domain's source files as `omne kg import` takes them (a triples table, its entity table, phrases)."""
+
+    triples: Path
+    entities: Path | None = None
+    phrases: Path | None = None
+
+
+def embedded_source(domain: str) -> DomainSource:
+    folder = ROOT / "kg_assets" / domain
+    if not (folder / "triples.jsonl").is_file():
+        raise SystemExit(f"error: {domain!r} is not an embedded domain (no {folder / 'triples.jsonl'})")
+    return DomainSource(folder / "triples.jsonl", folder / "entities.jsonl", folder / "phrases.yaml")
+
+
+def toy_source() -> DomainSource:
+    """The tests' solar graph (tests/data/solar)."""
+    from _toy import SOLAR
+
+    return DomainSource(SOLAR / "triples.csv", SOLAR / "entities.csv")
+
+
+def toy_params() -> Path:
+    """params.yaml of a toy project: the tiny random llama as the base model, the tiny encoder (and SFT
+    conversations cut at max_length: the tiny tokenizer's 300 tokens make every conversation long)."""
+    from _toy import toy_project
+
+    return toy_project(model=True, name="base", overrides={"sft": {"overlong": "truncate"}})
+
+
 def omne(project: Path, *args: str) -> None:
     """One `omne` command in the throw-away project (its own params.yaml, registry and artifacts)."""
     command = [sys.executable, "-m", "pipelines.cli", "--params", str(project / "params.yaml"), *args]
     subprocess.run(command, cwd=project, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def project_params(project: Path, test_share: float | None = None) -> None:
-    """The project's params.yaml: the repository's, with another test share if given."""
+def project_params(project: Path, base: Path = ROOT / "params.yaml", test_share: float | None = None) -> None:
+    """The project's params.yaml (``base``'s, with another test share if given) and an empty registry."""
     project.mkdir(parents=True, exist_ok=True)
-    params = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    params = base.read_text(encoding="utf-8")
     if test_share is not None:
         params = re.sub(r"(?m)^  test_share: [0-9.]+", f"  test_share: {test_share}", params, count=1)
     (project / "params.yaml").write_text(params, encoding="utf-8")
@@ -64,18 +99,48 @@ def project_params(project: Path, test_share: float | None = None) -> None:
     (project / "kg_assets" / "domains.yaml").write_text("domains: {}\n", encoding="utf-8")
 
 
-def renamed_project(project: Path, domain: str, name: str, test_share: float | None) -> None:
-    """A project whose only domain is ``domain``'s source registered as ``name`` (``omne kg import``), with its
-    QA dataset built (its questions as the main project writes them: the same params and phrase lexicon)."""
-    project_params(project, test_share)
-    source = ROOT / "kg_assets" / domain
-    omne(project, "kg", "import", str(source / "triples.jsonl"), "--entities", str(source / "entities.jsonl"),
-         "--name", name, "--format", "triples", "--description", f"the {domain} graph under another name")
-    if (source / "phrases.yaml").is_file():  # the same lexicon: the questions read as the training ones do
-        shutil.copyfile(source / "phrases.yaml", project / "kg_assets" / name / "phrases.yaml")
+def renamed_project(project: Path, source: DomainSource, name: str, *, base: Path = ROOT / "params.yaml",
+                    test_share: float | None = None) -> None:
+    """A project whose only domain is ``source`` registered as ``name`` (``omne kg import``), with its QA dataset
+    built (its questions as the main project writes them: the same params and phrase lexicon)."""
+    project_params(project, base, test_share)
+    entities = ["--entities", str(source.entities)] if source.entities else []
+    omne(project, "kg", "import", str(source.triples), *entities, "--name", name, "--format", "triples",
+         "--description", f"{source.triples.parent.name} under the name {name}")
+    if source.phrases and source.phrases.is_file():  # the same lexicon: the questions read as the training ones
+        shutil.copyfile(source.phrases, project / "kg_assets" / name / "phrases.yaml")
     omne(project, "qa", "seeds")
     omne(project, "qa", "generate")
     omne(project, "qa", "build")
+
+
+def evaluation(project: Path, model: str, name: str, limit: int) -> list[dict[str, Any]]:
+    """``omne eval`` of ``model`` on the project's test split: the report's predictions."""
+    omne(project, "eval", "--model", model, "--split", "test", "--limit", str(limit), "--name", name, "--force")
+    lines = (project / "artifacts" / "reports" / name / "predictions.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in lines.splitlines() if line.strip()]
+
+
+def scores(predictions: list[dict[str, Any]]) -> dict[str, Any]:
+    """EM with its Wilson 95% interval, overall and per bucket (a question right when any sample is)."""
+    right = {r["qa_id"]: False for r in predictions}
+    bucket = {r["qa_id"]: r["bucket"] for r in predictions}
+    for r in predictions:
+        right[r["qa_id"]] |= r["correct"] is True
+
+    def group(ids: list[str]) -> dict[str, Any]:
+        k = sum(right[q] for q in ids)
+        low, high = wilson_interval(k, len(ids))
+        return {"n": len(ids), "em": round(k / max(1, len(ids)), 4), "em_wilson95": [round(low, 3), round(high, 3)]}
+
+    return {**group(list(right)), "by_bucket": {b: group([q for q in right if bucket[q] == b])
+                                                for b in sorted(set(bucket.values()))}}
+
+
+def score_line(label: str, s: dict[str, Any]) -> str:
+    buckets = ", ".join(f"{b} {v['em']:.3f} of {v['n']}" for b, v in s["by_bucket"].items())
+    low, high = s["em_wilson95"]
+    return f"  {label:<16} EM {s['em']:.3f} [{low:.2f}-{high:.2f}] on {s['n']} ({buckets})"
 
 
 def graph_of(call: dict[str, Any]) -> str | None:
@@ -112,15 +177,6 @@ def call_counts(predictions: list[dict[str, Any]], name: str) -> dict[str, Any]:
             "unknown_graph_calls_per_question": round(sum(per_question_unknown) / max(1, len(predictions)), 3)}
 
 
-def wilson(k: int, n: int) -> tuple[float, float]:
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return (0.0, 1.0)
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return (round(ci.low, 3), round(ci.high, 3))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -131,27 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"benchmark": "graph_names", "date": datetime.now(UTC).isoformat(timespec="seconds"),
                                "machine": {**machine_info(), "load_average_at_start": load_average()},
                                "args": args_record(args)}
+    source = toy_source() if args.toy else embedded_source(args.domain)
     with tempfile.TemporaryDirectory(prefix="omne-graph-names-") as scratch:
         project = args.keep or Path(scratch) / "project"
-        renamed_project(project, args.domain, args.name, test_share=0.5)
-        omne(project, "eval", "--model", model, "--split", "test", "--limit", str(args.limit), "--name", "renamed",
-             "--force")
-        lines = (project / "artifacts" / "reports" / "renamed" / "predictions.jsonl").read_text(encoding="utf-8")
-        predictions = [json.loads(line) for line in lines.splitlines() if line.strip()]
-    n = len(predictions)
-    right = sum(r["correct"] is True for r in predictions)
+        renamed_project(project, source, args.name, base=toy_params() if args.toy else ROOT / "params.yaml",
+                        test_share=0.5)
+        predictions = evaluation(project, model, "renamed", args.limit)
     counts = call_counts(predictions, args.name)
-    buckets = Counter(r["bucket"] for r in predictions)
-    results.update({"questions": n, "em": round(right / max(1, n), 4), "em_wilson95": wilson(right, n),
-                    "by_bucket": {b: round(sum(r["correct"] is True for r in predictions if r["bucket"] == b) / c, 4)
-                                  for b, c in sorted(buckets.items())}, **counts})
+    results.update({"domain": source.triples.parent.name, "scores": scores(predictions), **counts})
     results["machine"]["load_average_at_end"] = load_average()
     shares = counts["shares"]
     unknown = shares.get("unknown_graph", 0.0)
     table = "\n".join([
-        f"graph names: {args.domain!r} registered as {args.name!r}, model {args.model}",
-        f"  questions {n}, EM {results['em']:.3f} (Wilson 95% {results['em_wilson95'][0]:.3f}-"
-        f"{results['em_wilson95'][1]:.3f})",
+        f"graph names: {results['domain']!r} registered as {args.name!r}, model {args.model}",
+        score_line("model", results["scores"]),
         f"  tool calls {counts['calls']}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(shares.items())),
         f"  unknown-graph calls per question {counts['unknown_graph_calls_per_question']}; names written instead: "
         f"{counts['other_names_written'] or 'none'}",

@@ -27,7 +27,8 @@ RESULTS = BENCH / "results"
 TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
-SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "sft", "sft_precision"]
+SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
+           "sft_precision", "graph_names"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -206,7 +207,23 @@ def check_reliability(results: dict[str, Any]) -> list[str]:
     return ["server.load_requests_per_s", "server.health_p99_s"]
 
 
+def check_graph_names(results: dict[str, Any]) -> list[str]:
+    assert results["domain"] == "solar" and results["scores"]["n"] >= 1  # the tests' graph, imported renamed
+    assert 0 <= results["scores"]["em_wilson95"][0] <= results["scores"]["em"] <= results["scores"]["em_wilson95"][1]
+    assert results["calls"] == sum(results["by_kind"].values())
+    return ["scores.n"]
+
+
+def check_transfer(results: dict[str, Any]) -> list[str]:
+    assert results["held_out"] == "solar" and results["trained_on"] == ["sun_notes"]
+    paired = results["paired"]["overall"]
+    assert paired["n"] == results["held_out_model"]["n"] == results["in_domain_model"]["n"] >= 1
+    assert paired["both"] + paired["only_a"] + paired["only_b"] + paired["neither"] == paired["n"]
+    return ["training_s", "paired.overall.p_value"]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
     "rl_curve": check_rl_curve, "sft": check_sft, "sft_precision": check_sft_precision,
     "orchestration": check_orchestration, "reliability": check_reliability}
