@@ -137,6 +137,16 @@ def scores(predictions: list[dict[str, Any]]) -> dict[str, Any]:
                                                 for b in sorted(set(bucket.values()))}}
 
 
+def call_lines(label: str, counts: dict[str, Any]) -> list[str]:
+    """The calls by graph named, the names written instead, and the verdict on the unknown-graph target."""
+    unknown, calls = counts["shares"].get("unknown_graph", 0.0), counts["calls"]
+    return [f"  {label} {calls}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(counts["shares"].items())),
+            f"  unknown-graph calls per question {counts['unknown_graph_calls_per_question']}; names written "
+            f"instead: {counts['other_names_written'] or 'none'}",
+            f"  target unknown-graph calls <= 5% of calls: {verdict(unknown <= 0.05 if calls else None)} "
+            f"({unknown:.1%} of {calls})"]
+
+
 def score_line(label: str, s: dict[str, Any]) -> str:
     buckets = ", ".join(f"{b} {v['em']:.3f} of {v['n']}" for b, v in s["by_bucket"].items())
     low, high = s["em_wilson95"]
@@ -196,16 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     counts = call_counts(predictions, args.name)
     results.update({"domain": source.triples.parent.name, "scores": scores(predictions), **counts})
     results["machine"]["load_average_at_end"] = load_average()
-    shares = counts["shares"]
-    unknown = shares.get("unknown_graph", 0.0)
     table = "\n".join([
         f"graph names: {results['domain']!r} registered as {args.name!r}, model {args.model}",
         score_line("model", results["scores"]),
-        f"  tool calls {counts['calls']}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(shares.items())),
-        f"  unknown-graph calls per question {counts['unknown_graph_calls_per_question']}; names written instead: "
-        f"{counts['other_names_written'] or 'none'}",
-        f"  target unknown-graph calls <= 5% of calls: {verdict(unknown <= 0.05 if counts['calls'] else None)} "
-        f"({unknown:.1%} of {counts['calls']})",
+        *call_lines("tool calls", counts),
         "  " + load_line(results["machine"]),
     ])
     write_results(results, table, args.out, started)

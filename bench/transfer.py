@@ -35,6 +35,7 @@ from _common import ROOT, BenchParser, args_record, load_average, load_line, mac
 from graph_names import (  # noqa: E402
     DomainSource,
     call_counts,
+    call_lines,
     embedded_source,
     evaluation,
     omne,
@@ -124,8 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["load_average_at_end"] = load_average()
     h, i, pair = results["held_out_model"], results["in_domain_model"], comparison.overall
     ratio = h["em"] / i["em"] if i["em"] else None
-    unknown = results["held_out_calls"]["shares"].get("unknown_graph", 0.0)
-    calls = results["held_out_calls"]["calls"]
     table = "\n".join([
         f"transfer: {held_out!r} held out of training (SFT {results['training_s']:.0f} s); its test questions",
         score_line("held-out model", h), score_line("in-domain model", i),
@@ -133,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         f"both wrong {pair.neither}; exact McNemar p = {pair.p_value:.3g}: {comparison.verdict}",
         f"  target held-out EM >= 50% of in-domain EM: {verdict(ratio >= 0.5 if ratio is not None else None)}"
         + (f" ({ratio:.0%})" if ratio is not None else " (in-domain EM 0)"),
-        f"  held-out model's calls {calls}: " + ", ".join(
-            f"{k} {v:.1%}" for k, v in sorted(results["held_out_calls"]["shares"].items())),
-        f"  target unknown-graph calls <= 5% of calls: {verdict(unknown <= 0.05 if calls else None)} ({unknown:.1%})",
+        *call_lines("held-out model's calls", results["held_out_calls"]),
         "  " + load_line(results["machine"]),
     ])
     write_results(results, table, args.out, started)
