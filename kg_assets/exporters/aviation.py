@@ -22,10 +22,7 @@ Run from the project root:  python kg_assets/exporters/aviation.py
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -33,14 +30,28 @@ from pathlib import Path
 from typing import Any
 
 import airportsdata
-import networkx as nx
 import pycountry
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    clean,
+    count_tables,
+    eligible,
+    file_sha256,
+    join_list,
+    licence,
+    normalize_name,
+    package_dir,
+    seed_balls,
+    tally,
+    write_jsonl,
+)
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "aviation"
 PACKAGES = ("airportsdata", "pycountry")
 DATA_FILES = ("airports.csv", "iata_macs.csv")
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # An airport is kept when it has an IATA code and its name says it is international (any of
 # these words), or when IATA lists it under a multi-airport city (iata_macs.csv).
 INTERNATIONAL = re.compile(r"\b(?:International|Intercontinental|Internacional|Intl)\b", re.IGNORECASE)
@@ -59,18 +70,6 @@ TYPE_RANK = {"country": 0, "time zone area": 1, "time zone": 2, "city": 3, "subd
 # ---------------------------------------------------------------------------------------------
 
 
-def normalize_name(name: str) -> str:
-    """Key under which entity names must be unique: NFKC, casefold, collapsed spaces, no quotes."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"[\"'`‘’“”]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def clean(text: Any) -> str:
-    """Collapse whitespace of a source field."""
-    return re.sub(r"\s+", " ", str(text or "")).strip()
-
-
 def feet(value: float) -> str:
     """An elevation in feet with thousands separators, without a useless '.0'."""
     return f"{int(value):,} ft" if float(value).is_integer() else f"{value:,} ft"
@@ -84,13 +83,6 @@ def coordinates(lat: float, lon: float) -> str:
 def plural(count: int, noun: str, many: str | None = None) -> str:
     """'1 airport' / '3 airports' ('1 city' / '3 cities' with many='cities')."""
     return f"{count:,} {noun}" if count == 1 else f"{count:,} {many or noun + 's'}"
-
-
-def join_list(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,13 +136,9 @@ class Sources:
     blanked: list[str]  # countries whose only recorded subdivision is the territory itself
 
 
-def package_dir() -> Path:
-    return Path(airportsdata.__file__).resolve().parent
-
-
 def read_csv(name: str) -> list[dict[str, Any]]:
     """Rows of one of the package's CSV files, parsed as the package itself parses them."""
-    with open(package_dir() / name, encoding="utf-8", newline="") as fh:
+    with open(package_dir(airportsdata) / name, encoding="utf-8", newline="") as fh:
         return list(csv.DictReader(fh, quoting=csv.QUOTE_NONNUMERIC))
 
 
@@ -433,12 +421,6 @@ def assign_names(graph: Graph) -> dict[str, str]:
     raise ValueError("names still clash after disambiguation")
 
 
-def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 def finalize(graph: Graph) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, list[str]]]:
     """Entity and triple records with final names, sorted; and the qualified names by type."""
     names = assign_names(graph)
@@ -461,34 +443,26 @@ def finalize(graph: Graph) -> tuple[list[dict[str, str]], list[dict[str, str]], 
 def check_graph(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, Any]:
     """Validate names and endpoints; print size, connectivity and seed-ball numbers."""
     names = [e["name"] for e in entities]
-    keys = Counter(normalize_name(n) for n in names)
-    assert all(c == 1 for c in keys.values()), "entity names collide after normalisation"
+    check_names_and_endpoints(entities, triples)
     assert all(len(n) > 2 and not n.isdigit() for n in names), "a name is too short or a bare number"
-    name_set = set(names)
-    missing = {x for t in triples for x in (t["head"], t["tail"]) if x not in name_set}
-    assert not missing, f"triple endpoints without entity: {sorted(missing)[:5]}"
     tails = Counter((t["head"], t["relation"]) for t in triples)
     assert all(c == 1 for c in tails.values()), "a relation has two tails for one head"
-    graph = nx.Graph()
-    graph.add_nodes_from(sorted(name_set))
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    ball = {n: len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in sorted(name_set)}
+    graph, ball, components = seed_balls(entities, triples)
     etype = {e["name"]: e["type"] for e in entities}
-    eligible = [n for n, s in ball.items() if SEED_MIN <= s <= SEED_MAX]
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
+    seeds = eligible(ball)
     described = sum(1 for e in entities if e["description"].strip())
     numbers: dict[str, Any] = {
         "entities": len(entities), "triples": len(triples), "described": described,
-        "eligible_seeds": len(eligible), "components": len(components), "largest_component": components[0],
+        "eligible_seeds": len(seeds), "components": len(components), "largest_component": components[0],
         "max_degree": max(d for _, d in graph.degree()), "component_sizes": components,
         "max_degree_entity": max(graph.degree(), key=lambda nd: (nd[1], nd[0]))[0],
-        "entities_by_type": dict(sorted(Counter(e["type"] for e in entities).items())),
-        "triples_by_relation": dict(sorted(Counter(t["relation"] for t in triples).items())),
-        "eligible_by_type": dict(sorted(Counter(etype[n] for n in eligible).items())),
-        "above_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s > SEED_MAX).items())),
-        "below_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s < SEED_MIN).items())),
+        "entities_by_type": tally(e["type"] for e in entities),
+        "triples_by_relation": tally(t["relation"] for t in triples),
+        "eligible_by_type": tally(etype[n] for n in seeds),
+        "above_by_type": tally(etype[n] for n, s in ball.items() if s > SEED_MAX),
+        "below_by_type": tally(etype[n] for n, s in ball.items() if s < SEED_MIN),
     }
-    inside = sorted(ball[n] for n in eligible)
+    inside = sorted(ball[n] for n in seeds)
     print("entities by type:", numbers["entities_by_type"])
     print("triples by relation:", numbers["triples_by_relation"])
     print(f"eligible seeds ({SEED_HOPS}-hop ball of {SEED_MIN}..{SEED_MAX} nodes) by type:",
@@ -537,21 +511,12 @@ def build() -> tuple[Graph, Sources, list[dict[str, Any]]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def data_files() -> list[tuple[str, str, str]]:
     """(package, data file, sha256) of every file the graph is read from."""
-    rows = [("airportsdata", f"airportsdata/{n}", sha256_of(package_dir() / n)) for n in DATA_FILES]
-    iso = Path(pycountry.__file__).resolve().parent / "databases" / "iso3166-1.json"
-    rows.append(("pycountry", "pycountry/databases/iso3166-1.json", sha256_of(iso)))
+    rows = [("airportsdata", f"airportsdata/{n}", file_sha256(package_dir(airportsdata) / n)) for n in DATA_FILES]
+    iso = package_dir(pycountry) / "databases" / "iso3166-1.json"
+    rows.append(("pycountry", "pycountry/databases/iso3166-1.json", file_sha256(iso)))
     return rows
-
-
-def licence(package: str) -> str:
-    meta = metadata.metadata(package)
-    return meta.get("License-Expression") or meta.get("License") or "unknown"
 
 
 RELATION_MEANING = {
@@ -638,12 +603,8 @@ def write_source_md(path: Path, src: Sources, rows: list[dict[str, Any]], number
         f"{numbers['entities']:,} entities, {numbers['triples']:,} triples; {numbers['described']:,} entities "
         f"({numbers['described'] / numbers['entities']:.0%}) have a description built from their records.",
         "",
-        "| entity type | count | what |",
-        "|---|---:|---|",
     ]
-    lines += [f"| {t} | {c:,} | {TYPE_MEANING[t]} |" for t, c in numbers["entities_by_type"].items()]
-    lines += ["", "| relation | count | head -> tail (source field) |", "|---|---:|---|"]
-    lines += [f"| {r} | {c:,} | {RELATION_MEANING[r]} |" for r, c in numbers["triples_by_relation"].items()]
+    lines += count_tables(numbers, TYPE_MEANING, RELATION_MEANING, "source field")
     lines += [
         "",
         "Every relation is functional: a head has one tail per relation label, so a chain of relations",

@@ -18,23 +18,31 @@ Run from the project root:  python kg_assets/exporters/chemistry.py
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import sqlite3
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 import mendeleev
-import networkx as nx
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    clean,
+    eligible,
+    join_list,
+    normalize_name,
+    seed_balls,
+    tally,
+    write_jsonl,
+)
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "chemistry"
 PACKAGE = "mendeleev"
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # Branching intensities of the top-level decay modes of one isotope may exceed 100 % by rounding;
 # above this the smaller ones are treated as values whose exponent was lost (see SOURCE.md).
 INTENSITY_SUM_TOLERANCE = 100.5
@@ -210,18 +218,6 @@ ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
 # ---------------------------------------------------------------------------------------------
 
 
-def normalize_name(name: str) -> str:
-    """Key under which entity names must be unique: NFKC, casefold, collapsed spaces, no quotes."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"[\"'`‘’“”]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def clean_text(text: str | None) -> str:
-    """Collapse whitespace of a free-text database field."""
-    return re.sub(r"\s+", " ", text or "").strip()
-
-
 @dataclass
 class KnowledgeGraph:
     """Entities keyed by name and triples keyed by (head, relation, tail)."""
@@ -237,11 +233,11 @@ class KnowledgeGraph:
         if name in self.entities:
             raise ValueError(f"duplicate entity {name!r}")
         self._keys[key] = name
-        self.entities[name] = (etype, clean_text(description))
+        self.entities[name] = (etype, clean(description))
 
     def add_triple(self, head: str, relation: str, tail: str, description: str) -> None:
         """Add a triple; a repeated (head, relation, tail) keeps the first sentence only."""
-        self.triples.setdefault((head, relation, tail), []).append(clean_text(description))
+        self.triples.setdefault((head, relation, tail), []).append(clean(description))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +254,7 @@ def read_table(conn: sqlite3.Connection, sql: str) -> list[dict]:
     """Run a query and return its rows as dicts."""
     cur = conn.execute(sql)
     cols = [c[0] for c in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
+    return [dict(zip(cols, row, strict=False)) for row in cur.fetchall()]
 
 
 def fmt_number(value: float | int) -> str:
@@ -270,13 +266,6 @@ def fmt_number(value: float | int) -> str:
 
 def isotope_name(element_name: str, mass_number: int) -> str:
     return f"{element_name}-{mass_number}"
-
-
-def join_names(names: list[str]) -> str:
-    """'A', 'A and B', 'A, B and C'."""
-    if len(names) <= 1:
-        return "".join(names)
-    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,12 +374,12 @@ def element_entities(kg: KnowledgeGraph, elements: list[dict], series: dict[int,
         if e["atomic_weight"] is not None:
             facts += f"; atomic weight {fmt_number(e['atomic_weight'])}"
         parts = [facts + "."]
-        if clean_text(e["description"]):
-            parts.append(clean_text(e["description"]))
-        if clean_text(e["discoverers"]).lower().startswith("known to the ancients"):
+        if clean(e["description"]):
+            parts.append(clean(e["description"]))
+        if clean(e["discoverers"]).lower().startswith("known to the ancients"):
             parts.append("The source lists it as known to the ancients.")
-        if clean_text(e["name_origin"]):
-            origin = clean_text(e["name_origin"])
+        if clean(e["name_origin"]):
+            origin = clean(e["name_origin"])
             parts.append(f"Name origin: {origin}" + ("" if origin.endswith(".") else "."))
         kg.add_entity(e["name"], "element", " ".join(parts))
 
@@ -426,17 +415,17 @@ def discoverer_entities_and_triples(kg: KnowledgeGraph, elements: list[dict]) ->
             credited[name].append((e["atomic_number"], e["name"]))
             others = [n for n in names if n != name]
             year = f" in {e['discovery_year']}" if e["discovery_year"] else ""
-            together = f" together with {join_names(others)}" if others else ""
+            together = f" together with {join_list(others)}" if others else ""
             kg.add_triple(e["name"], "discovered by", name,
                           f"{e['name']} was discovered by {name}{together}{year}.")
     years = {e["name"]: e["discovery_year"] for e in elements}
     for name, items in credited.items():
         is_org = name in ORGANIZATIONS.values()
-        found = join_names([f"{el} ({years[el]})" if years[el] else el for _, el in sorted(items)])
+        found = join_list([f"{el} ({years[el]})" if years[el] else el for _, el in sorted(items)])
         kind = "an institution" if is_org else "a person"
         desc = f"{kind} credited in the mendeleev database with the discovery of {found}."
         if spellings[name] != {name}:
-            desc += " Spelled in the source as " + join_names([f"\"{s}\"" for s in sorted(spellings[name])]) + "."
+            desc += " Spelled in the source as " + join_list([f"\"{s}\"" for s in sorted(spellings[name])]) + "."
         kg.add_entity(name, "organization" if is_org else "person", f"{name} is {desc}")
 
 
@@ -464,14 +453,14 @@ def place_entities_and_triples(kg: KnowledgeGraph, elements: list[dict]) -> None
         name = e["name"]
         locations = [p.strip() for p in (e["discovery_location"] or "").split("/") if p.strip()]
         places = [place_name(p) for p in locations]
-        for spelled, place in zip(locations, places):
+        for spelled, place in zip(locations, places, strict=True):
             spellings[place].add(spelled)
             roles[place]["discovery location"].append(name)
             year = f" in {e['discovery_year']}" if e["discovery_year"] else ""
             if len(places) == 1:
                 text = f"{name} was discovered in {place}{year}."
             else:
-                text = f"{name} was discovered{year}; the source lists {join_names(places)} as discovery locations."
+                text = f"{name} was discovered{year}; the source lists {join_list(places)} as discovery locations."
             kg.add_triple(name, "discovered in", place, text)
         for column, relation, role, plural in PLACE_RANKINGS:
             for rank, spelled, place in ranked_places(e[column]):
@@ -482,9 +471,9 @@ def place_entities_and_triples(kg: KnowledgeGraph, elements: list[dict]) -> None
     for place, by_role in roles.items():
         parts = [f"{role} for {len(els)} element{'s' if len(els) > 1 else ''}" for role, els in sorted(by_role.items())]
         etype = PLACE_TYPES.get(place, "country")
-        desc = f"{place} is a {etype} named in the mendeleev element data as {join_names(parts)}."
+        desc = f"{place} is a {etype} named in the mendeleev element data as {join_list(parts)}."
         if spellings[place] != {place}:
-            desc += " Spelled in the source as " + join_names([f"\"{s}\"" for s in sorted(spellings[place])]) + "."
+            desc += " Spelled in the source as " + join_list([f"\"{s}\"" for s in sorted(spellings[place])]) + "."
         kg.add_entity(place, etype, desc)
 
 
@@ -526,7 +515,7 @@ def isotope_entities_and_triples(
             text += f" Discovered in {iso['discovery_year']}."
         phrases = mode_phrases.get(iso["id"])
         if phrases:
-            text += f" Observed decay modes: {join_names(phrases)}."
+            text += f" Observed decay modes: {join_list(phrases)}."
         kg.add_entity(name, "isotope", text)
         abundance = f", natural abundance {fmt_number(iso['abundance'])}%" if iso["abundance"] is not None else ""
         kg.add_triple(name, "isotope of", element,
@@ -623,19 +612,13 @@ def decay_triples(
         phrases_by_iso[iso_id] = list(dict.fromkeys(phrases))
         for dname in sorted(by_daughter):
             kg.add_triple(pname, "decays to", dname,
-                          f"{pname} decays to {dname} by {join_names(by_daughter[dname])}.")
+                          f"{pname} decays to {dname} by {join_list(by_daughter[dname])}.")
     return phrases_by_iso, stats
 
 
 # ---------------------------------------------------------------------------------------------
 # Output and checks
 # ---------------------------------------------------------------------------------------------
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def write_outputs(kg: KnowledgeGraph) -> tuple[list[dict], list[dict]]:
@@ -652,28 +635,20 @@ def write_outputs(kg: KnowledgeGraph) -> tuple[list[dict], list[dict]]:
 
 def check_graph(entities: list[dict], triples: list[dict]) -> dict[str, int]:
     """Validate endpoints and names; print the size, connectivity and seed-ball numbers."""
-    names = {e["name"] for e in entities}
-    keys = Counter(normalize_name(n) for n in names)
-    assert all(c == 1 for c in keys.values()), "entity names collide after normalisation"
-    missing = {x for t in triples for x in (t["head"], t["tail"]) if x not in names}
-    assert not missing, f"triple endpoints without entity: {sorted(missing)[:5]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(sorted(names))
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    ball = {e["name"]: len(nx.single_source_shortest_path_length(graph, e["name"], cutoff=SEED_HOPS)) for e in entities}
+    check_names_and_endpoints(entities, triples)
+    graph, ball, components = seed_balls(entities, triples)
     ball_sizes = list(ball.values())
-    eligible = sum(SEED_MIN <= s <= SEED_MAX for s in ball_sizes)
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
+    seeds = len(eligible(ball))
     eligible_by_type = Counter(e["type"] for e in entities if SEED_MIN <= ball[e["name"]] <= SEED_MAX)
     inside = sorted(s for s in ball_sizes if SEED_MIN <= s <= SEED_MAX)
     numbers = {
-        "entities": len(entities), "triples": len(triples), "eligible_seeds": eligible,
+        "entities": len(entities), "triples": len(triples), "eligible_seeds": seeds,
         "eligible_isotopes": eligible_by_type["isotope"], "balls_above_max": sum(s > SEED_MAX for s in ball_sizes),
         "median_eligible_ball": inside[len(inside) // 2],
         "components": len(components), "largest_component": components[0],
     }
-    print("entities by type:", dict(sorted(Counter(e["type"] for e in entities).items())))
-    print("triples by relation:", dict(sorted(Counter(t["relation"] for t in triples).items())))
+    print("entities by type:", tally(e["type"] for e in entities))
+    print("triples by relation:", tally(t["relation"] for t in triples))
     print(f"eligible seeds ({SEED_HOPS}-hop ball of {SEED_MIN}..{SEED_MAX} nodes) by type:",
           dict(sorted(eligible_by_type.items())))
     print(f"ball sizes: below {SEED_MIN}: {sum(s < SEED_MIN for s in ball_sizes)}, above {SEED_MAX}: "
@@ -704,6 +679,14 @@ def write_source_md(
     orgs = [f"{src!r} -> {dst!r}" for src, dst in sorted(ORGANIZATIONS.items()) if src != dst]
     places = [f"{src!r} -> {dst!r}" for src, dst in sorted(PLACE_CANONICAL.items())]
     st = prov.stats
+    graph_check = (
+        f"Undirected graph check: {numbers['components']} connected component(s), "
+        f"largest {numbers['largest_component']} nodes;\n"
+        f"{numbers['eligible_seeds']} eligible seeds (depth-{SEED_HOPS} ball of {SEED_MIN}-{SEED_MAX} nodes), "
+        f"{numbers['eligible_isotopes']} of them\n"
+        f"isotopes, median eligible ball {numbers['median_eligible_ball']} nodes; "
+        f"{numbers['balls_above_max']} entities have larger balls."
+    )
     missing_daughters = st["mode rows whose daughter is not in the isotopes table"]
     text = f"""# chemistry — elements, isotopes and radioactive decay
 
@@ -780,9 +763,7 @@ Decay-mode rows mapped to a daughter: {st['mode rows mapped to a daughter']}; in
 because the branches add up to over 100%: {st['intensities left unstated (branches add up to over 100%)']};
 stored as 0: {st['intensities left unstated (stored as 0)']}.
 
-Undirected graph check: {numbers['components']} connected component(s), largest {numbers['largest_component']} nodes;
-{numbers['eligible_seeds']} eligible seeds (depth-{SEED_HOPS} ball of {SEED_MIN}-{SEED_MAX} nodes), {numbers['eligible_isotopes']} of them
-isotopes, median eligible ball {numbers['median_eligible_ball']} nodes; {numbers['balls_above_max']} entities have larger balls.
+{graph_check}
 
 ## Data issues found in the source
 

