@@ -14,8 +14,9 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -131,3 +132,45 @@ def count_tables(numbers: dict[str, Any], type_meaning: dict[str, str], relation
     lines += ["", f"| relation | count | head -> tail ({source}) |", "|---|---:|---|"]
     lines += [f"| {r} | {c:,} | {relation_meaning[r]} |" for r, c in numbers["triples_by_relation"].items()]
     return lines
+
+
+# Nodes before naming (geography, aviation): every entity has a stable key; names are assigned once all are known.
+
+
+@dataclass
+class Node:
+    """One entity: a stable key, its plain name, type and description, and qualifiers for clashes."""
+
+    key: str
+    name: str
+    etype: str
+    description: str
+    # Tried in order when the plain name clashes (see assign_names).
+    qualified: list[str] = field(default_factory=list)
+    # Larger wins a clash among nodes of the same type (e.g. population).
+    weight: float = 0.0
+
+
+@dataclass
+class Graph:
+    """Nodes keyed by their stable key; edges (head key, relation, tail key) -> sentence template."""
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    edges: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # Data observations for SOURCE.md, by topic.
+    notes: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def note(self, topic: str, text: str) -> None:
+        self.notes[topic].append(text)
+
+    def add_node(self, node: Node) -> None:
+        if node.key in self.nodes:
+            raise ValueError(f"duplicate node key {node.key!r}")
+        node.description = clean(node.description)
+        self.nodes[node.key] = node
+
+    def add_edge(self, head: str, relation: str, tail: str, template: str) -> None:
+        """``template`` may use {head} and {tail}; they are filled with the final entity names."""
+        if head == tail:
+            raise ValueError(f"self loop on {head!r}")
+        self.edges.setdefault((head, relation, tail), template)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,8 @@ from _shared import (
     SEED_HOPS,
     SEED_MAX,
     SEED_MIN,
+    Graph,
+    Node,
     check_names_and_endpoints,
     clean,
     count_tables,
@@ -90,36 +92,6 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Node:
-    """One entity: a stable key, its plain name, type and description, and qualifiers for clashes."""
-
-    key: str
-    name: str
-    etype: str
-    description: str
-    # Tried in order when the plain name clashes (see assign_names).
-    qualified: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Graph:
-    """Nodes keyed by their stable key; edges (head key, relation, tail key) -> sentence template."""
-
-    nodes: dict[str, Node] = field(default_factory=dict)
-    edges: dict[tuple[str, str, str], str] = field(default_factory=dict)
-
-    def add_node(self, node: Node) -> None:
-        if node.key in self.nodes:
-            raise ValueError(f"duplicate node key {node.key!r}")
-        node.description = clean(node.description)
-        self.nodes[node.key] = node
-
-    def add_edge(self, head: str, relation: str, tail: str, template: str) -> None:
-        """``template`` may use {head} and {tail}; they are filled with the final entity names."""
-        if head == tail:
-            raise ValueError(f"self loop on {head!r}")
-        self.edges.setdefault((head, relation, tail), template)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from _shared import (
     SEED_HOPS,
     SEED_MAX,
     SEED_MIN,
+    Graph,
+    Node,
     check_names_and_endpoints,
     clean,
     count_tables,
@@ -91,43 +93,6 @@ def countries_phrase(count: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Node:
-    """One entity: a stable key, its plain name, type and description, and qualifiers for clashes."""
-
-    key: str
-    name: str
-    etype: str
-    description: str
-    # Tried in order when the plain name clashes (see assign_names).
-    qualified: list[str] = field(default_factory=list)
-    # Larger wins a clash among nodes of the same type (e.g. population).
-    weight: float = 0.0
-
-
-@dataclass
-class Graph:
-    """Nodes keyed by their stable key; edges (head key, relation, tail key) -> sentence template."""
-
-    nodes: dict[str, Node] = field(default_factory=dict)
-    edges: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    # Data observations for SOURCE.md, by topic.
-    notes: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-
-    def note(self, topic: str, text: str) -> None:
-        self.notes[topic].append(text)
-
-    def add_node(self, node: Node) -> None:
-        if node.key in self.nodes:
-            raise ValueError(f"duplicate node key {node.key!r}")
-        node.description = clean(node.description)
-        self.nodes[node.key] = node
-
-    def add_edge(self, head: str, relation: str, tail: str, template: str) -> None:
-        """``template`` may use {head} and {tail}; they are filled with the final entity names."""
-        if head == tail:
-            raise ValueError(f"self loop on {head!r}")
-        self.edges.setdefault((head, relation, tail), template)
 
 
 # ---------------------------------------------------------------------------------------------
