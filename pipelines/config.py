@@ -139,6 +139,9 @@ class AgentParams(_Section):
     # converted copy of the model made once per model identity: pipelines/llm/onnx_export.py)
     backend: Literal["transformers", "onnx"] = "transformers"
     onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (same answers) | int4 (4-bit weights)
+    # the same call made more than this many times in a row ends the episode (finish "repeated_call"): the tools
+    # would answer the same, and a looping model spends its remaining rounds on it; None: never
+    max_same_call: int | None = Field(2, ge=1)
 
 
 class EvalParams(_Section):

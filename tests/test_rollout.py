@@ -116,6 +116,25 @@ def test_round_cap_and_fake_responses_are_never_executed(toolbox) -> None:  # no
     assert "<tool_response>" not in faked.messages[-1]["content"]
 
 
+def test_a_call_repeated_past_max_same_call_ends_the_episode_and_a_new_call_resets_the_count(toolbox) -> None:  # noqa: ANN001
+    tools = InProcessToolClient(toolbox)
+    task = Task(qa_id="q", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"])
+    mars = '<think>again</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>'
+    looped = RolloutEngine(ScriptedChatClient(lambda r: mars), omne(), tools,
+                           RolloutParams(max_same_call=2)).run([task], progress=False)[0]
+    # two identical calls run, the third ends the episode unexecuted (it is still the last assistant turn)
+    assert looped.finish == "repeated_call" and looped.rounds == 3 and len(looped.tool_calls) == 2
+    assert looped.messages[-1]["role"] == "assistant" and "node_info" in looped.messages[-1]["content"]
+    sun = '<think>other</think><tool_call>node_info(node_name="Sun", graph_type="solar")</tool_call>'
+    script = [mars, mars, sun, mars, mars, "<think>Phobos.</think><answer>Phobos</answer>"]
+    recovered = RolloutEngine(ScriptedChatClient(script), omne(), tools,
+                              RolloutParams(max_same_call=2)).run([task], progress=False)[0]
+    assert recovered.finish == "answer" and len(recovered.tool_calls) == 5 and recovered.answer == "Phobos"
+    unlimited = RolloutEngine(ScriptedChatClient(lambda r: mars), omne(max_rounds=5), tools,
+                              RolloutParams()).run([task], progress=False)[0]
+    assert unlimited.finish == "max_rounds" and len(unlimited.tool_calls) == 5
+
+
 def test_search_protocol_injects_triples_into_the_same_reasoning(toolbox) -> None:  # noqa: ANN001
     tools = InProcessToolClient(toolbox)
     search = SearchProtocol([TOOL_SPECS[n] for n in SEARCH_TOOLS], max_rounds=4)

@@ -43,6 +43,10 @@ class RolloutParams(BaseModel):
     temperature: float = 0.0
     batch_size: int = 32
     seed: int | None = None
+    # an episode making the same call (same text) more than this many times in a row ends there, finish
+    # "repeated_call": with the same tools the answer cannot change, and a looping model would spend its
+    # remaining rounds on it (agent.max_same_call); None: never
+    max_same_call: int | None = None
 
 
 @dataclass
@@ -139,6 +143,10 @@ class RolloutEngine:
                 episode.partial += action.text
             else:
                 episode.messages.append({"role": "assistant", "content": turn_text})
+            if self._repeats_itself(traj, action.call):
+                traj.finish, episode.done = "repeated_call", True
+                self._close_partial(episode)
+                return None
             call = action.call
             if isinstance(self.protocol, SearchProtocol):
                 call = self.protocol.search_call(action.call, episode.task.question)
@@ -155,6 +163,13 @@ class RolloutEngine:
         else:
             episode.messages.append({"role": "assistant", "content": turn_text})
         return None
+
+    def _repeats_itself(self, traj: Trajectory, call: str) -> bool:
+        """True when ``call`` would be the same call made more than ``max_same_call`` times in a row."""
+        limit = self.params.max_same_call
+        if limit is None or len(traj.tool_calls) < limit:
+            return False
+        return all(record.text.strip() == call.strip() for record in traj.tool_calls[-limit:])
 
     def _execute(self, calls: list[tuple[_Episode, str, str]], round_index: int) -> None:
         """Run the round's calls in one batch (one HTTP request when the tools are remote)."""

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Finish = Literal["answer", "max_rounds", "max_tokens", "no_action"]
+Finish = Literal["answer", "max_rounds", "max_tokens", "no_action", "repeated_call"]
 
 
 class ToolCallRecord(BaseModel):

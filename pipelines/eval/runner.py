@@ -208,7 +208,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     tool_client = tools or InProcessToolClient(source.toolbox) if the_protocol.uses_tools else None
     engine_params = RolloutParams(max_new_tokens=params.agent.max_new_tokens,
                                   temperature=params.agent.temperature, batch_size=params.agent.batch_size,
-                                  seed=params.eval.seed)
+                                  seed=params.eval.seed, max_same_call=params.agent.max_same_call)
     engine = source.engine(chat, the_protocol, tool_client, engine_params, name=baseline or protocol)
     tasks = source.tasks(params, baseline, params.eval.samples)
     runs, trajectories = [], []

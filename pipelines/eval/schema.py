@@ -86,7 +86,7 @@ class Behaviour(BaseModel):
     first_tool: dict[str, int] = Field(default_factory=dict)  # name of the first call -> episodes
     tool_sequences: dict[str, int] = Field(default_factory=dict)  # "entity_matcher>node_info" -> episodes (top 20)
     tool_calls_histogram: dict[str, int] = Field(default_factory=dict)  # calls per episode -> episodes
-    finish: dict[str, int] = Field(default_factory=dict)  # answer / max_rounds / max_tokens / no_action
+    finish: dict[str, int] = Field(default_factory=dict)  # answer / max_rounds / max_tokens / no_action / repeated_call
     retrieval_rate: float = 0.0  # share of episodes where a gold answer entity appears in a tool response
     gold_triple_coverage: float = 0.0  # EoG: share of validated gold-path triples named in the think text
     exploration_efficiency: float = 0.0  # EoG: gold triples named in think / all KG triples named in think

@@ -353,7 +353,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
 
             engine = RolloutEngine(teacher, omne_protocol(settings.mode), tools,
                                    RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=0.0,
-                                                 batch_size=params.agent.batch_size))
+                                                 batch_size=params.agent.batch_size,
+                                                 max_same_call=params.agent.max_same_call))
             trajectories = engine.run([Task(qa_id=p.id, domain=p.domain, question=p.question, gold_answers=p.answers,
                                             bucket=p.bucket, hops=p.hops) for p in pairs], progress=progress)
             kept = [c for t in trajectories if (c := trajectory_conversation(t, source="teacher")) is not None]
