@@ -20,9 +20,9 @@ from trl import GRPOConfig, GRPOTrainer
 from pipelines.agent.rollout import Task
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.config import RLStageParams
-from pipelines.train.rl.episodes import encode_trajectory
 from pipelines.train.rewards import eog_reward, kg_r1_scores, omne_stage1_reward
 from pipelines.train.rl.advantages import turn_level_advantages
+from pipelines.train.rl.episodes import encode_trajectory
 from pipelines.train.rl.resampling import SkippingSampler, conversation_losses
 from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
 from pipelines.train.rl.trainers import WRITTEN_FOR_TRL, PPOToolTrainer, ToolGRPOTrainer
