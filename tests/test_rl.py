@@ -182,6 +182,28 @@ def test_grpo_stage1_trains_and_saves_an_auditable_model(solar_qa: Params, tiny:
     assert train_rl(params, 1, progress=False).skipped  # same inputs and params: reused
 
 
+def test_hard_case_resampling_finds_each_questions_gold_path_conversation(solar_qa: Params) -> None:
+    """``resample: hard_case`` measures the policy's loss on the question's stage-2 SFT conversation: every
+    conversation is found by its question's id, a misspelled-start variant (id ``<qa>-t0-m``) included."""
+    from pipelines.eval.runner import load_split
+    from pipelines.train.rl.resampling import gold_conversations
+    from pipelines.train.sft import sharegpt_to_messages
+    from pipelines.train.sft_data import build_sft_conversations, read_sft_conversations
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"misspelled_start_fraction": 1.0})})
+    build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    assert any(r.id.endswith("-m") for r in records)
+    train = {p.id for p in load_split(params, "train")}
+    found = gold_conversations(params, train)
+    by_question = {r.id.split("-t")[0]: r for r in records}
+    assert set(found) == set(by_question) and set(found) <= train
+    for qa_id, messages in found.items():
+        assert messages == sharegpt_to_messages(by_question[qa_id])
+    assert set(gold_conversations(params, set(list(by_question)[:1]))) == set(list(by_question)[:1])
+
+
 def test_ppo_with_turn_credit_is_refused() -> None:
     """PPO's GAE replaces whatever advantages come before it: turn credit would be silently ignored."""
     with pytest.raises(ValueError, match="credit: turn"):
