@@ -223,7 +223,8 @@ class RLStageParams(_Section):
     rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1)
     reward_weights: list[float] | None = None  # one per reward; None: 1 each
     reward_options: dict[str, Any] = Field(default_factory=dict)  # RewardOptions overrides (weights, K, lambda, ...)
-    credit: Literal["sequence", "turn"] = "sequence"  # turn: KG-R1's per-turn returns G_t = r_t + lambda R_global
+    # turn (grpo only): G_t = r_t + lambda R_global per assistant turn from the configured rewards (docs/rl.md)
+    credit: Literal["sequence", "turn"] = "sequence"
     num_generations: int = Field(4, ge=1)  # rollouts per question (GRPO group size N)
     questions_per_step: int = Field(1, ge=1)
     max_steps: int = Field(4, ge=1)
@@ -265,6 +266,9 @@ class RLStageParams(_Section):
     def _weights_match_rewards(self) -> RLStageParams:
         if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
             raise ValueError(f"reward_weights has {len(self.reward_weights)} values for {len(self.rewards)} rewards")
+        if self.algorithm == "ppo" and self.credit == "turn":  # PPO's GAE would silently replace the turn returns
+            raise ValueError("credit: turn is GRPO's turn-level credit (KG-R1); algorithm: ppo assigns credit per "
+                             "token through GAE: use credit: sequence with ppo, or algorithm: grpo")
         return self
 
 

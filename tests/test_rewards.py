@@ -13,12 +13,16 @@ from pipelines.agent.protocols import OmneProtocol, SearchProtocol
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.tools import OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS, ToolResult
 from pipelines.agent.trajectory import Trajectory
+from pipelines.errors import ConfigError
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
 from pipelines.train.rewards import (
+    REWARD_PROTOCOLS,
     REWARDS,
     RewardOptions,
+    TurnRewards,
     build_reward_functions,
+    check_reward_protocols,
     eog_reward,
     kg_hopper_reward,
     kg_r1_reward,
@@ -33,6 +37,7 @@ from pipelines.train.rewards import (
     think_text,
     training_step,
     trajectory_messages,
+    weighted_turn_rewards,
 )
 
 
@@ -385,6 +390,52 @@ def test_registry_builds_named_weighted_trl_functions() -> None:
         build_reward_functions(["eog"], [1.0, 2.0])
     with pytest.raises(ValidationError):
         build_reward_functions(["eog"], eog_lambda=0.3)  # a typo is an error, not a silent default
+
+
+def test_turn_rewards_of_the_configured_rewards_are_weighted_and_summed() -> None:
+    """credit: turn: r_t from the rewards with a per-turn form (KG-R1), R their weighted global rewards plus the
+    weighted whole reward of the others; G_t = r_t + λ·R."""
+    episode, answers = [A(REL), INFO_REL, A(ENT), INFO_ENT, A(FINAL)], [["Phobos", "Deimos"]]
+    kg_r1, stage1 = build_reward_functions(["kg_r1", "omne_stage1"], [2.0, 1.0])
+    assert not hasattr(stage1, "turn_scores")  # no per-turn form: it adds to the global reward only
+    [weighted] = kg_r1.turn_scores([episode], answers=answers)  # KG-R1's (1, 1, 1) and 2, times its weight 2
+    assert weighted.turn_rewards == pytest.approx([2.0, 2.0, 2.0]) and weighted.global_reward == pytest.approx(4.0)
+    [kg] = kg_r1_scores([episode], answers=answers)
+    combined = weighted_turn_rewards([kg, TurnRewards(global_reward=0.3)], [2.0, 0.5], turns=4)
+    assert combined.turn_rewards == pytest.approx([2.0, 2.0, 2.0, 0.0])  # a turn KG-R1 did not score adds 0
+    assert combined.global_reward == pytest.approx(2.0 * 2.0 + 0.5 * 0.3)
+    assert combined.returns(0.5) == pytest.approx([2.0 + 2.075] * 3 + [2.075])
+    alone = weighted_turn_rewards([kg], [1.0], turns=3)  # rewards: [kg_r1] is KG-R1's own credit
+    assert alone.returns(0.7) == pytest.approx(kg.returns(0.7))
+    assert weighted_turn_rewards([kg, TurnRewards(global_reward=1.0)], [1.0, 1.0], turns=2).turn_rewards == \
+        pytest.approx([1.0, 1.0])  # as many turns as the episode has
+
+
+@pytest.mark.parametrize("reward", sorted(REWARDS))
+def test_a_reward_is_refused_on_a_protocol_whose_tags_it_does_not_read(reward: str) -> None:
+    assert set(REWARD_PROTOCOLS) == set(REWARDS)
+    supported = REWARD_PROTOCOLS[reward]
+    for protocol in ("omne", "kg_r1", "search"):
+        if protocol in supported:
+            check_reward_protocols([reward], protocol)
+            continue
+        with pytest.raises(ConfigError) as refused:
+            check_reward_protocols(["eog", reward], protocol, where="rl.stage3.rewards")
+        message = str(refused.value)
+        assert message.startswith("rl.stage3.rewards:") and f"{reward!r}" in message and f"{protocol!r}" in message
+        assert all(name in message for name in supported)
+
+
+def test_rewards_of_one_protocol_misjudge_another_protocols_perfect_episode() -> None:
+    """Why the pairs are refused: a rule reward reads its own protocol's tags, so a perfect episode of another
+    protocol loses the credit for its calls and format."""
+    kg_episode = [A(REL), INFO_REL, A(ENT), INFO_ENT, A(FINAL)]
+    answers = [["Phobos", "Deimos"]]
+    assert kg_r1_reward([kg_episode], answers=answers)[0] > kg_r1_reward([omne_episode(
+        final='<think>Both.</think><answer>["Phobos", "Deimos"]</answer>')], answers=answers)[0]
+    assert kg_reasoner_reward([search_episode()], answers=[["Phobos"]])[0] > \
+        kg_reasoner_reward([omne_episode()], answers=[["Phobos"]])[0]
+    assert stage1(omne_episode()) > omne_stage1_reward([kg_episode], answers=answers)[0]
 
 
 def test_options_hold_the_paper_defaults() -> None:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
-from pipelines.config import Params
+from pipelines.config import Params, RLStageParams
+from pipelines.errors import ConfigError
 from pipelines.train.rl import train_rl
 from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages
 from pipelines.train.rl.data import rl_dataset, rl_questions
@@ -72,6 +73,17 @@ def test_inline_responses_and_forced_prefixes_are_environment_tokens(tokenizer) 
     model_text = tokenizer.decode([t for t, m in zip(encoded.completion_ids, encoded.env_mask, strict=True) if m])
     assert "Phobos, orbits" not in model_text and "<search>Mars</search>" in model_text
     assert not model_text.startswith("<think>\n\n</think>") and model_text.endswith("<answer>Phobos</answer>")
+
+
+def test_a_turn_the_model_left_empty_keeps_its_place_among_the_turn_spans(tokenizer) -> None:
+    """Per-turn rewards count every assistant turn: span t must be turn t, an empty turn included."""
+    traj = _trajectory()
+    messages = [*traj.messages[:2], {"role": "assistant", "content": ""}, *traj.messages[2:]]
+    encoded = encode_trajectory(traj.model_copy(update={"messages": messages}), tokenizer)
+    (a, b), first, last = encoded.turn_spans
+    assert len(encoded.turn_spans) == 3 and a == b and sum(encoded.env_mask[a:b]) == 0
+    assert tokenizer.decode(encoded.completion_ids[slice(*first)]) == traj.messages[2]["content"]
+    assert tokenizer.decode(encoded.completion_ids[slice(*last)]) == traj.messages[4]["content"]
 
 
 def test_truncation_keeps_the_prompt_and_cuts_the_completion(tokenizer) -> None:
@@ -156,7 +168,7 @@ def _protocol(params: Params):
 
 
 def test_grpo_stage1_trains_and_saves_an_auditable_model(solar_qa: Params, tiny: Path) -> None:
-    params = _tiny_params(solar_qa, tiny, credit="turn", rewards=["omne_stage1", "kg_r1"], resample="history")
+    params = _tiny_params(solar_qa, tiny, credit="turn", rewards=["omne_stage1", "eog"], resample="history")
     result = train_rl(params, 1, progress=False)
     folder = result.folder
     assert (folder / "config.json").is_file() and (folder / "training_curves.png").stat().st_size > 0
@@ -168,6 +180,87 @@ def test_grpo_stage1_trains_and_saves_an_auditable_model(solar_qa: Params, tiny:
     assert manifest["kind"] == "rl_stage1_model" and manifest["rows"]["steps"] == 2
     assert set(manifest["inputs"]) >= {"artifacts/qa/dataset/train.jsonl", "start_model"}
     assert train_rl(params, 1, progress=False).skipped  # same inputs and params: reused
+
+
+def test_hard_case_resampling_finds_each_questions_gold_path_conversation(solar_qa: Params) -> None:
+    """``resample: hard_case`` measures the policy's loss on the question's stage-2 SFT conversation: every
+    conversation is found by its question's id, a misspelled-start variant (id ``<qa>-t0-m``) included."""
+    from pipelines.eval.runner import load_split
+    from pipelines.train.rl.resampling import gold_conversations
+    from pipelines.train.sft import sharegpt_to_messages
+    from pipelines.train.sft_data import build_sft_conversations, read_sft_conversations
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"misspelled_start_fraction": 1.0})})
+    build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    assert any(r.id.endswith("-m") for r in records)
+    train = {p.id for p in load_split(params, "train")}
+    found = gold_conversations(params, train)
+    by_question = {r.id.split("-t")[0]: r for r in records}
+    assert set(found) == set(by_question) and set(found) <= train
+    for qa_id, messages in found.items():
+        assert messages == sharegpt_to_messages(by_question[qa_id])
+    assert set(gold_conversations(params, set(list(by_question)[:1]))) == set(list(by_question)[:1])
+
+
+def test_ppo_with_turn_credit_is_refused() -> None:
+    """PPO's GAE replaces whatever advantages come before it: turn credit would be silently ignored."""
+    with pytest.raises(ValueError, match="credit: turn"):
+        RLStageParams(algorithm="ppo", credit="turn")
+
+
+def test_a_reward_that_cannot_score_the_protocol_is_refused_before_any_model_loads(solar_qa: Params, tiny: Path,
+                                                                                    tmp_path: Path) -> None:
+    params = _tiny_params(solar_qa, tiny, rewards=["omne_stage1", "kg_reasoner"])
+    params = params.model_copy(update={"agent": params.agent.model_copy(update={"base_model": str(tmp_path / "none")})})
+    with pytest.raises(ConfigError, match="rl.stage1.rewards: reward 'kg_reasoner' cannot score the 'omne' "
+                                          "protocol .* scores the search protocol"):
+        train_rl(params, 1, progress=False)  # the missing base model is never reached
+
+
+def _search_trajectory() -> Trajectory:
+    """A search-protocol episode: one search whose triples the environment wrote inside the reasoning, an answer."""
+    triples = "(Mars, orbited by, Phobos)"
+    content = (f"<think>Mars first <search>Mars</search>\n<searched_triples>\n{triples}\n</searched_triples>\n"
+               "so it is Phobos.</think><answer>Phobos</answer>")
+    return Trajectory(qa_id="q1", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"],
+                      protocol="search", messages=[*_trajectory().messages[:2], {"role": "assistant", "content": content}],
+                      tool_calls=[ToolCallRecord(round=0, text="Mars", name="search", ok=True, response=triples)],
+                      answer="Phobos", finish="answer", rounds=1)
+
+
+def test_kg_hopper_is_scored_by_the_llm_judge_of_params(solar_qa: Params, tiny: Path, caplog: pytest.LogCaptureFixture,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RL build gives kg_hopper the judge of ``llm:``: R_reason is the judge's score; a failing judge gives
+    R_reason 0 with a warning, and training goes on; no usable ``llm:`` model is refused up front."""
+    import logging
+
+    from pipelines.llm.scripted import scripted_openai_app, serve_in_thread
+    from pipelines.train.rl.build import stage_rewards
+
+    for name in ("OMNE_LLM_BASE_URL", "OMNE_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    params = _tiny_params(solar_qa, tiny, rewards=["kg_hopper"])
+    params = params.model_copy(update={"agent": params.agent.model_copy(update={"protocol": "search"}),
+                                       "llm": params.llm.model_copy(update={"model": "", "cache": False,
+                                                                            "max_retries": 0})})
+    with pytest.raises(ConfigError, match="rl.stage1.rewards: kg_hopper .* LLM judge .* llm.model"):
+        stage_rewards(params, 1)
+    reply: dict[str, object] = {"reasoning": '{"reasoning": "Each hop is supported.", "score": 0.6}'}
+    app = scripted_openai_app(lambda body: reply["reasoning"])
+    episode = _search_trajectory()
+    with serve_in_thread(app) as url:
+        llm = params.llm.model_copy(update={"base_url": f"{url}/v1", "model": "judge-model"})
+        [reward], judge = stage_rewards(params.model_copy(update={"llm": llm}), 1)
+        assert judge.model == "judge-model"
+        # R_search 0.5 (one answered search) + R_format 0.5 + R_reason 0.6 (the judge) + R_answer 1
+        assert reward([episode], trajectory=[episode]) == [pytest.approx(2.6)]
+        assert app.state.log.total == 1  # the exact answer is not sent to the answer judge
+        reply["reasoning"] = 500  # the endpoint fails
+        with caplog.at_level(logging.WARNING, logger="pipelines.train.rewards"):
+            assert reward([episode], trajectory=[episode]) == [pytest.approx(2.0)]
+    assert "R_reason = 0" in caplog.text
 
 
 def test_ppo_stage3_starts_from_a_model_and_trains_a_value_model(solar_qa: Params, tiny: Path) -> None:

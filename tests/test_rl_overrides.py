@@ -20,9 +20,11 @@ from trl import GRPOConfig, GRPOTrainer
 from pipelines.agent.rollout import Task
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.config import RLStageParams
+from pipelines.train.rewards import eog_reward, kg_r1_scores, omne_stage1_reward
+from pipelines.train.rl.advantages import turn_level_advantages
 from pipelines.train.rl.episodes import encode_trajectory
-from pipelines.train.rl.resampling import SkippingSampler
-from pipelines.train.rl.rollouts import ToolRollouts
+from pipelines.train.rl.resampling import SkippingSampler, conversation_losses
+from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
 from pipelines.train.rl.trainers import WRITTEN_FOR_TRL, PPOToolTrainer, ToolGRPOTrainer
 from tests.conftest import PROJECT_ROOT
 from tests.model_support import build_tiny_llama
@@ -36,7 +38,8 @@ PRIVATE_OVERRIDES = {
 PUBLIC_OVERRIDES = {"__init__", "compute_loss"}  # public GRPOTrainer methods the trainers extend on purpose
 
 SYSTEM = {"role": "system", "content": "You answer questions."}
-QUESTIONS = {"q1": "Question: Which moon orbits Mars?", "q2": "Question: What does Phobos orbit?"}
+QUESTIONS = {"q1": "Question: Which moon orbits Mars?", "q2": "Question: What does Phobos orbit?",
+             "q3": "Question: What does Mars orbit?"}
 RESPONSE = "<tool_response>\nEntity: Mars\nRelations (1):\n1. Phobos -[orbits]-> Mars\n</tool_response>"
 
 
@@ -136,7 +139,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _trainer(tiny: Path, tmp_path: Path, *, cls: type = ToolGRPOTrainer, reward_funcs: list[Any] | None = None,
-             reward_weights: list[float] | None = None, **stage: Any) -> Any:
+             reward_weights: list[float] | None = None, rollouts: type | None = None,
+             buckets: dict[str, str] | None = None,
+             **stage: Any) -> Any:
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -144,8 +149,9 @@ def _trainer(tiny: Path, tmp_path: Path, *, cls: type = ToolGRPOTrainer, reward_
     settings = RLStageParams(num_generations=2, **stage)
     tasks = {text: Task(qa_id=qa_id, domain="solar", question=text, gold_answers=["Phobos"], bucket="1", hops=1)
              for qa_id, text in QUESTIONS.items()}
+    buckets = buckets or {}
     dataset = datasets.Dataset.from_list([{"prompt": [SYSTEM, {"role": "user", "content": text}], "qa_id": qa_id,
-                                           "bucket": "1"} for qa_id, text in QUESTIONS.items()])
+                                           "bucket": buckets.get(qa_id, "1")} for qa_id, text in QUESTIONS.items()])
     # two rollouts per generation batch, one per micro-batch (steps_per_generation 2)
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", bf16=False, num_generations=2,
                       per_device_train_batch_size=1, gradient_accumulation_steps=2, reward_weights=reward_weights)
@@ -158,7 +164,7 @@ def _trainer(tiny: Path, tmp_path: Path, *, cls: type = ToolGRPOTrainer, reward_
     trainer = cls(model=AutoModelForCausalLM.from_pretrained(tiny), args=args, train_dataset=dataset,
                   reward_funcs=reward_funcs or [lambda completions, **kw: [1.0] * len(completions)],
                   processing_class=tokenizer, stage=settings,
-                  rollouts=CannedRollouts(Protocol(), None, tokenizer, settings, tasks, 4096), **extra)
+                  rollouts=(rollouts or CannedRollouts)(Protocol(), None, tokenizer, settings, tasks, 4096), **extra)
     trainer.model.train()  # as during training (TRL reads the mode to pick train or eval settings)
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer's loop
     return trainer
@@ -169,16 +175,16 @@ def _batch(trainer: Any, qa_id: str = "q1") -> list[dict[str, Any]]:
     return [dict(row) for _ in range(trainer.num_generations)]
 
 
-def test_generate_and_score_gives_turn_credit_and_drops_settled_questions(tiny: Path, tmp_path: Path) -> None:
-    """``_generate_and_score_completions`` (turn credit, history resampling) over ``_calculate_rewards`` (the
-    weighted reward of each rollout), fed by ToolRollouts through TRL's rollout_func and env_mask."""
-    trainer = _trainer(tiny, tmp_path, credit="turn", resample="history", reward_weights=[0.5, 2.0],
+def test_generate_and_score_drops_settled_questions_and_masks_tool_responses(tiny: Path, tmp_path: Path) -> None:
+    """``_generate_and_score_completions`` (history resampling) over ``_calculate_rewards`` (the weighted reward of
+    each rollout), fed by ToolRollouts through TRL's rollout_func and env_mask."""
+    trainer = _trainer(tiny, tmp_path, resample="history", reward_weights=[0.5, 2.0],
                        reward_funcs=[lambda completions, **kw: [1.0] * len(completions),
                                      lambda completions, **kw: [0.25] * len(completions)])
-    inputs = _batch(trainer)
-    output = trainer._generate_and_score_completions(inputs)  # TRL adds the rollout's extra columns to inputs
+    output = trainer._generate_and_score_completions(_batch(trainer))  # TRL adds the rollout's columns to inputs
 
     assert trainer.last_rewards.tolist() == pytest.approx([1.0, 1.0])  # 0.5 * 1 + 2 * 0.25 for each rollout
+    torch.testing.assert_close(trainer.last_reward_parts, torch.tensor([[1.0, 0.25], [1.0, 0.25]]))  # unweighted
     assert trainer.excluded == {"q1"}  # both rollouts earned the same: the question teaches nothing
     assert trainer._metrics["train"]["rollout/tool_calls"] == [0.5]  # TRL's logged-metric store still takes ours
     completion_ids = output["completion_ids"]
@@ -187,14 +193,79 @@ def test_generate_and_score_gives_turn_credit_and_drops_settled_questions(tiny: 
         env_mask = output["tool_mask"][row, :len(encoded.env_mask)].tolist()  # rollout's env_mask
         assert env_mask == encoded.env_mask and completion_ids[row, :len(env_mask)].tolist() == encoded.completion_ids
     assert 0 in output["tool_mask"][0].tolist()  # the tool response of the first episode
-    advantages = output["advantages"]
-    assert advantages.shape == completion_ids.shape  # per token (KG-R1 turn credit), not TRL's per rollout
-    in_turns = torch.zeros_like(advantages, dtype=torch.bool)
+    telling = _trainer(tiny, tmp_path, resample="history", reward_funcs=[_answered_phobos])
+    telling._generate_and_score_completions(_batch(telling, "q2"))
+    assert not telling.excluded  # the rollouts of q2 differ (right / wrong): it stays
+
+
+def _answered_phobos(completions: list[Any], trajectory: list[Trajectory], **kwargs: Any) -> list[float]:
+    return [float(t.answer == "Phobos") for t in trajectory]
+
+
+def _turn_mask(inputs: list[dict[str, Any]], like: torch.Tensor) -> torch.Tensor:
+    inside = torch.zeros_like(like, dtype=torch.bool)
     for row, x in enumerate(inputs):
         for a, b in x["turn_spans"]:
-            in_turns[row, a:b] = True
-    assert advantages.abs().sum() > 0 and torch.all(advantages[~in_turns] == 0)
-    torch.testing.assert_close(advantages, trainer.turn_advantages(inputs, completion_ids.shape[1]))
+            inside[row, a:b] = True
+    return inside
+
+
+def test_turn_credit_uses_the_configured_rewards(tiny: Path, tmp_path: Path) -> None:
+    """``credit: turn`` with ``rewards: [omne_stage1]`` (no per-turn form): every turn's return is λ times the
+    episode's omne_stage1 reward (not KG-R1's scores, whatever the configured rewards)."""
+    rewards = trajectory_rewards(["omne_stage1"], None, {})
+    trainer = _trainer(tiny, tmp_path, credit="turn", rewards=["omne_stage1"], reward_funcs=rewards,
+                       reward_options={"kg_r1_lambda": 0.5})
+    inputs = _batch(trainer)
+    output = trainer._generate_and_score_completions(inputs)
+    episodes = trainer.rollouts.last
+    scores = omne_stage1_reward(episodes)
+    assert scores[0] > scores[1] > 0  # right answer with a tool call / wrong answer
+    spans = [x["turn_spans"] for x in inputs]
+    assert [len(s) for s in spans] == [2, 1]
+    expected = turn_level_advantages([[0.5 * scores[0]] * 2, [0.5 * scores[1]]], spans, 2,
+                                     output["completion_ids"].shape[1])
+    advantages = output["advantages"]
+    torch.testing.assert_close(advantages, expected)
+    assert advantages.shape == output["completion_ids"].shape  # per token, not TRL's per rollout
+    assert advantages.abs().sum() > 0 and torch.all(advantages[~_turn_mask(inputs, advantages)] == 0)
+
+
+class KGR1Rollouts(CannedRollouts):
+    """KG-R1 protocol episodes: a query, its <information>, then the answer (right for sample 0, wrong else)."""
+
+    def roll_out(self, model: Any, tasks: list[Task], *, temperature: float, seed: int | None = None
+                 ) -> list[Trajectory]:
+        query = 'get_tail_entities("Mars", "orbited_by")'
+        info = '<information>\nTail entities for entity "Mars" with relation "orbited_by": Phobos\n</information>'
+        out = []
+        for t in tasks:
+            answer = "Phobos" if t.sample % 2 == 0 else "Deimos"
+            turns = [{"role": "assistant", "content": f"<think>Follow orbited_by.</think><kg-query>{query}</kg-query>"},
+                     {"role": "user", "content": info},
+                     {"role": "assistant", "content": f"<think>So.</think><answer>{answer}</answer>"}]
+            out.append(Trajectory(qa_id=t.qa_id, domain="solar", question=t.question, gold_answers=["Phobos"],
+                                  protocol="kg_r1", messages=[SYSTEM, {"role": "user", "content": t.question}, *turns],
+                                  tool_calls=[ToolCallRecord(round=0, text=query, name="get_tail_entities", ok=True,
+                                                             response=info)],
+                                  answer=answer, finish="answer", rounds=2))
+        return out
+
+
+def test_turn_credit_adds_per_turn_rewards_to_lambda_times_the_weighted_global(tiny: Path, tmp_path: Path) -> None:
+    """``rewards: [kg_r1, eog]`` weighted 1 and 2: G_t = r_t(kg_r1) + λ·(R_global(kg_r1) + 2·eog)."""
+    trainer = _trainer(tiny, tmp_path, credit="turn", rewards=["kg_r1", "eog"], reward_weights=[1.0, 2.0],
+                       reward_funcs=trajectory_rewards(["kg_r1", "eog"], None, {}),
+                       reward_options={"kg_r1_lambda": 0.5}, rollouts=KGR1Rollouts)
+    inputs = _batch(trainer)
+    output = trainer._generate_and_score_completions(inputs)
+    episodes = trainer.rollouts.last
+    kg, eog = kg_r1_scores(episodes), eog_reward(episodes)
+    assert kg[0].turn_rewards != kg[1].turn_rewards and eog == [1.0, 0.0]
+    returns = [[r + 0.5 * (k.global_reward + 2 * e) for r in k.turn_rewards] for k, e in zip(kg, eog, strict=True)]
+    expected = turn_level_advantages(returns, [x["turn_spans"] for x in inputs], 2, output["completion_ids"].shape[1])
+    torch.testing.assert_close(output["advantages"], expected)
+    assert expected[1][_turn_mask(inputs, expected)[1]].unique().numel() == 2  # the wrong answer's turns differ
 
 
 def test_generate_and_score_keeps_trls_sequence_advantages(tiny: Path, tmp_path: Path) -> None:
@@ -220,7 +291,7 @@ def test_train_sampler_skips_excluded_questions_in_whole_groups(tiny: Path, tmp_
     ids = trainer.train_dataset["qa_id"]
     everything = list(sampler)
     assert sorted(everything) == sorted(sampler.inner) and len(everything) == len(sampler)
-    trainer.excluded = {"q1"}
+    trainer.excluded = {"q1", "q3"}
     kept = list(sampler)
     assert kept and {ids[i] for i in kept} == {"q2"} and len(kept) == everything.count(ids.index("q2"))
     assert trainer.epochs_started == 2  # each pass over the sampler starts an epoch (hard-case resampling's hook)
@@ -259,3 +330,84 @@ def test_ppo_generate_and_score_adds_gae_advantages_and_critic_targets(tiny: Pat
     assert abs(float((output["advantages"] * mask).sum() / mask.sum())) < 1e-5  # whitened over the model's tokens
     loss = trainer.compute_loss(trainer.model, output)  # the policy loss, and one critic step on the value loss
     assert torch.isfinite(loss) and trainer._metrics["train"]["value_loss"]
+
+
+def _ppo_step(tiny: Path, tmp_path: Path, sign: float) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor]:
+    """One PPO policy-loss backward on the canned batch (reward ``sign`` for the right answer, ``-sign`` for the
+    wrong one) with a fixed critic (V = 0): the batch, d loss / d log π of each completion token, and the policy's
+    parameter gradient."""
+    trainer = _trainer(tiny, tmp_path, cls=PPOToolTrainer, algorithm="ppo", reward_funcs=[
+        lambda completions, trajectory, **kw: [sign if t.answer == "Phobos" else -sign for t in trajectory]])
+    with torch.no_grad():
+        for parameter in trainer.value_model.score.parameters():
+            parameter.zero_()
+    output = trainer._generate_and_score_completions(_batch(trainer))
+    captured: dict[str, torch.Tensor] = {}
+    logps = trainer._get_per_token_logps_and_entropies  # TRL's own; kept as it is, its output only watched
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        per_token, *rest = logps(*args, **kwargs)
+        per_token.retain_grad()
+        captured["logps"] = per_token
+        return (per_token, *rest)
+
+    trainer._get_per_token_logps_and_entropies = watched
+    trainer.model.zero_grad()
+    trainer.compute_loss(trainer.model, output).backward()
+    gradient = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+    return output, captured["logps"].grad, gradient
+
+
+def test_ppo_policy_loss_follows_the_gae_advantages(tiny: Path, tmp_path: Path) -> None:
+    """PPO's update is driven by its per-token GAE advantages: on TRL's policy loss, d loss / d log π(token t) is
+    -c·A_t (c > 0) on every model token and 0 on the rest, and flipping the reward flips the whole update."""
+    from pipelines.train.rl.advantages import gae_advantages, whiten
+
+    output, logp_grad, gradient = _ppo_step(tiny, tmp_path, 1.0)
+    mask = output["completion_mask"].float() * output["tool_mask"].float()
+    advantages = output["advantages"]
+    expected, _ = gae_advantages(torch.tensor([1.0, -1.0]), output["old_values"], mask, gamma=1.0, lam=0.95)
+    torch.testing.assert_close(advantages, whiten(expected, mask))  # the critic's (zero) values and the rewards
+    for row in range(advantages.shape[0]):
+        on = mask[row] > 0
+        a, g = advantages[row, on], logp_grad[row, on]
+        assert a.unique().numel() > 1  # per token (γλ discounting), not one advantage per rollout
+        scale = -(g * a).sum() / (a * a).sum()
+        assert scale > 0
+        torch.testing.assert_close(g, -scale * a)  # the loss pushes up log π where A > 0, down where A < 0
+        assert torch.all(logp_grad[row, ~on] == 0)
+    flipped, flipped_logp_grad, flipped_gradient = _ppo_step(tiny, tmp_path, -1.0)
+    torch.testing.assert_close(flipped["advantages"], -advantages)
+    torch.testing.assert_close(flipped_logp_grad, -logp_grad)
+    assert gradient.abs().sum() > 0
+    torch.testing.assert_close(flipped_gradient, -gradient)
+
+
+CONVERSATIONS = {  # gold-path SFT conversations of the multi-hop questions (KG-Reasoner's hard-case loss)
+    "q1": [SYSTEM, {"role": "user", "content": QUESTIONS["q1"]},
+           {"role": "assistant", "content": "<think>Phobos and Deimos orbit Mars.</think><answer>Phobos</answer>"}],
+    "q2": [SYSTEM, {"role": "user", "content": QUESTIONS["q2"]},
+           {"role": "assistant", "content": "zq vx kj qq wz xj zz vv kq jx"}],
+}
+
+
+def test_hard_case_resampling_keeps_the_multi_hop_questions_still_hard_from_epoch_two(tiny: Path,
+                                                                                     tmp_path: Path) -> None:
+    """``resample: hard_case`` (KG-Reasoner): the first epoch trains on every question; from the second, only on the
+    multi-hop questions whose gold-path SFT loss under the current policy is above ``hard_case_loss``."""
+    trainer = _trainer(tiny, tmp_path, resample="hard_case", buckets={"q1": "3+", "q2": "3+"})  # q3: 1 hop
+    trainer.hard_case_conversations = CONVERSATIONS
+    losses = conversation_losses(trainer.model, trainer.processing_class, CONVERSATIONS)
+    assert trainer.model.training  # measured in eval mode, the mode given back
+    hard, easy = sorted(losses, key=losses.__getitem__, reverse=True)
+    assert losses[hard] > losses[easy] > 0
+    trainer.stage = trainer.stage.model_copy(update={"hard_case_loss": (losses[hard] + losses[easy]) / 2})
+    sampler, ids = trainer._get_train_sampler(), trainer.train_dataset["qa_id"]
+    first = [ids[i] for i in sampler]
+    assert set(first) == {"q1", "q2", "q3"} and not trainer.excluded
+    second = [ids[i] for i in sampler]
+    assert trainer.excluded == {easy, "q3"} and second == [hard] * first.count(hard)
+    # the loss is the assistant turns' only: text after them changes nothing
+    tail = {qa: [*messages, {"role": "user", "content": "Anything else? " * 10}]
+            for qa, messages in CONVERSATIONS.items()}
+    assert conversation_losses(trainer.model, trainer.processing_class, tail) == pytest.approx(losses)

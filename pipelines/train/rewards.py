@@ -27,6 +27,12 @@ Rewards (``REWARDS`` holds them by name; :func:`build_reward_functions` selects 
 - ``kg_hopper`` (KG-Hopper): ``R_search + R_format + R_reason + R_answer``, R_reason from an LLM
   judge, R_answer exact or judged;
 - ``eog`` (EoG): answer-set F1, then from step K ``(1−λ)·F1 + λ·R_path``.
+
+Each reward reads one protocol's tags (``REWARD_PROTOCOLS``; :func:`check_reward_protocols` refuses the others).
+For turn-level credit (``rl.<stage>.credit: turn``) a reward is split into :class:`TurnRewards`: per-turn
+rewards ``r_t`` where it defines them (``TURN_SCORES``: KG-R1's) and a global reward (KG-R1's ``R_global``;
+the whole reward for the others); :func:`weighted_turn_rewards` sums the configured rewards' parts with their
+weights, and each turn's return is ``G_t = r_t + λ·R_global``.
 """
 
 from __future__ import annotations
@@ -69,10 +75,12 @@ THINK, ANSWER = "think", "answer"
 ERROR_MARK = "<error>"  # how a failed tool call renders (calls.ToolError.render)
 
 __all__ = [
-    "REWARDS", "Episode", "FormatChecks", "KGR1Score", "RewardOptions", "Step", "build_reward_functions",
+    "JUDGED_REWARDS", "REWARDS", "REWARD_PROTOCOLS", "TURN_SCORES", "Episode", "FormatChecks", "KGR1Score",
+    "RewardOptions", "Step", "TurnRewards", "build_reward_functions", "check_reward_protocols",
     "completion_messages", "eog_reward", "kg_hopper_reward", "kg_r1_reward", "kg_r1_scores", "kg_reasoner_reward",
     "omne_format_checks", "omne_stage1_reward", "omne_stage3_reward", "parse_episode", "prediction",
     "repetitions", "search_format_ok", "think_text", "trajectory_messages", "training_step", "valid_searches",
+    "weighted_turn_rewards",
 ]
 
 
@@ -90,7 +98,7 @@ class RewardOptions(BaseModel):
     kg_r1_answer_weight: float = 0.5
     kg_r1_f1_weight: float = 1.0
     kg_r1_retrieval_weight: float = 1.0
-    kg_r1_lambda: float = 1.0  # G_t = r_t + λ·R_global
+    kg_r1_lambda: float = 1.0  # G_t = r_t + λ·R_global (credit: turn, whatever the rewards)
     # KG-Reasoner (001) / KG-Hopper (002)
     search_step: float = 0.5  # R_search = min(step·n_valid_searches, cap)
     search_cap: float = 0.8
@@ -399,14 +407,13 @@ def omne_stage3_reward(completions: Sequence[Completion], *, options: RewardOpti
     return out
 
 
-# ----- KG-R1 (003) ------------------------------------------------------------------------------------------
-class KGR1Score(BaseModel):
-    """KG-R1's rewards of one completion: one per assistant turn, plus the episode's global reward."""
+# ----- turn-level credit -------------------------------------------------------------------------------------
+class TurnRewards(BaseModel):
+    """A completion's reward as turn-level credit sees it: ``r_t`` per assistant turn (empty for a reward
+    without a per-turn form) and the global reward ``R`` that every turn shares through ``λ``."""
 
-    turn_rewards: list[float]
+    turn_rewards: list[float] = Field(default_factory=list)
     global_reward: float
-    f1: float = 0.0
-    retrieved: bool = False
 
     def returns(self, lam: float) -> list[float]:
         """Turn-level credit assignment: ``G_t = r_t + λ·R_global``."""
@@ -416,6 +423,27 @@ class KGR1Score(BaseModel):
         """One number for GRPO: the mean turn return (``λ·R_global`` when there is no turn)."""
         returns = self.returns(lam)
         return sum(returns) / len(returns) if returns else lam * self.global_reward
+
+
+def weighted_turn_rewards(parts: Sequence[TurnRewards], weights: Sequence[float], turns: int) -> TurnRewards:
+    """The configured rewards of one completion as one :class:`TurnRewards` over its ``turns`` turns:
+    ``r_t = Σ_k w_k·r_t^k`` (a reward without turn t, or without a per-turn form, adds 0 there) and
+    ``R = Σ_k w_k·R^k``. So ``G_t = r_t + λ·R`` is KG-R1's return for ``rewards: [kg_r1]``, and for rewards
+    without per-turn parts every turn gets ``λ`` times the episode's weighted reward."""
+    turn_rewards = [0.0] * turns
+    for part, weight in zip(parts, weights, strict=True):
+        for t, reward in enumerate(part.turn_rewards[:turns]):
+            turn_rewards[t] += weight * reward
+    total = sum(weight * part.global_reward for part, weight in zip(parts, weights, strict=True))
+    return TurnRewards(turn_rewards=turn_rewards, global_reward=total)
+
+
+# ----- KG-R1 (003) ------------------------------------------------------------------------------------------
+class KGR1Score(TurnRewards):
+    """KG-R1's rewards of one completion: one per assistant turn, plus the episode's global reward."""
+
+    f1: float = 0.0
+    retrieved: bool = False
 
 
 def _kg_r1_turn_format(text: str) -> bool:
@@ -657,19 +685,46 @@ REWARDS: dict[str, RewardFunction] = {
     "eog": eog_reward,
 }
 
+# the protocols whose tags each reward parses (tag discipline, calls, responses); EoG reads only the <think> and
+# <answer> blocks that every protocol has
+REWARD_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "omne_stage1": ("omne",),
+    "omne_stage3": ("omne",),
+    "kg_r1": ("kg_r1",),
+    "kg_reasoner": ("search",),
+    "kg_hopper": ("search",),
+    "eog": ("omne", "kg_r1", "search"),
+}
+# rewards with a per-turn form for ``credit: turn`` (the others contribute only their global reward)
+TURN_SCORES: dict[str, Callable[..., Sequence[TurnRewards]]] = {"kg_r1": kg_r1_scores}
+JUDGED_REWARDS = frozenset({"kg_hopper"})  # scored with the LLM judge of ``llm:`` (R_reason, semantic answers)
+
+
+def check_reward_protocols(names: Sequence[str], protocol: str, *, where: str = "rewards") -> None:
+    """Refuse a reward that cannot score ``protocol``'s episodes: it would parse tags the agent never writes and
+    train on a constant or misleading signal (``where`` names the setting in the message)."""
+    from pipelines.errors import ConfigError
+
+    for name in names:
+        supported = REWARD_PROTOCOLS.get(name)
+        if supported is not None and protocol not in supported:
+            raise ConfigError(f"{where}: reward {name!r} cannot score the {protocol!r} protocol (agent.protocol); "
+                              f"{name} scores the {' | '.join(supported)} protocol(s)")
+
 
 def build_reward_functions(names: list[str], weights: list[float] | None = None, judge: ChatClient | None = None,
                            **options: Any) -> list[RewardFunction]:
     """The named rewards as TRL reward functions (``__name__`` = the name, for TRL's logs), each bound
     to the validated ``RewardOptions(**options)`` and the judge, and scaled by its weight. Give the
-    weights here or as GRPOConfig.reward_weights, not both: TRL sums the functions itself."""
+    weights here or as GRPOConfig.reward_weights, not both: TRL sums the functions itself. A reward with a
+    per-turn form (``TURN_SCORES``) also has ``turn_scores(completions, **kwargs) -> list[TurnRewards]``."""
     unknown = [name for name in names if name not in REWARDS]
     if unknown:
         raise ValueError(f"unknown reward(s) {unknown}; available: {', '.join(REWARDS)}")
     if weights is not None and len(weights) != len(names):
         raise ValueError(f"{len(weights)} weight(s) for {len(names)} reward(s)")
     bound = RewardOptions(**options)
-    if "kg_hopper" in names and judge is None:
+    if JUDGED_REWARDS & set(names) and judge is None:
         log.warning("kg_hopper without a judge: R_reason is 0 and answers are matched exactly")
 
     def make(name: str, weight: float) -> RewardFunction:
@@ -678,11 +733,19 @@ def build_reward_functions(names: list[str], weights: list[float] | None = None,
         def reward(completions: Sequence[Completion], **kwargs: Any) -> list[float]:
             kwargs.pop("options", None)
             kwargs.pop("judge", None)
-            extra = {"judge": judge} if name == "kg_hopper" else {}
+            extra = {"judge": judge} if name in JUDGED_REWARDS else {}
             return [weight * r for r in base(completions, options=bound, **extra, **kwargs)]
 
         reward.__name__ = reward.__qualname__ = name
         reward.__doc__ = base.__doc__
+        if name in TURN_SCORES:  # the per-turn form, for credit: turn (same options and weight)
+            def turn_scores(completions: Sequence[Completion], **kwargs: Any) -> list[TurnRewards]:
+                kwargs.pop("options", None)
+                return [TurnRewards(turn_rewards=[weight * r for r in s.turn_rewards],
+                                    global_reward=weight * s.global_reward)
+                        for s in TURN_SCORES[name](completions, options=bound, **kwargs)]
+
+            reward.turn_scores = turn_scores  # type: ignore[attr-defined]
         return reward
 
     return [make(name, w) for name, w in zip(names, weights or [1.0] * len(names), strict=True)]

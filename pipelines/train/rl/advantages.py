@@ -1,7 +1,8 @@
 """Credit assignment as plain torch functions (no TRL), so they can be tested and reasoned about on their own.
 
-* ``turn_level_advantages``: KG-R1's per-turn returns G_t = r_t + λ·R_global, normalised over all turns of the
-  group's rollouts, applied to that turn's tokens (``rl.<stage>.credit: turn``);
+* ``turn_level_advantages``: per-turn returns G_t = r_t + λ·R (KG-R1's credit, from the configured rewards:
+  ``pipelines.train.rewards.weighted_turn_rewards``), normalised over all turns of the group's rollouts, applied
+  to that turn's tokens (``rl.<stage>.credit: turn``);
 * ``gae_advantages`` and ``whiten``: PPO's generalised advantage estimation from a critic's values, over the
   model's own tokens only.
 """

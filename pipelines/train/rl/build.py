@@ -58,6 +58,31 @@ def load_policy(folder: Path, params: Params) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def stage_rewards(params: Params, stage: int) -> tuple[list[Any], Any]:
+    """The stage's rewards (``rl.<stage>.rewards``) as TRL reward functions on the rollouts' trajectories, and the
+    LLM judge they score with (None unless a reward needs one: kg_hopper, built from ``llm:``). Refuses a reward
+    that cannot score ``agent.protocol``, and a judged reward without a usable ``llm:`` model."""
+    from pipelines.errors import ConfigError
+    from pipelines.train.rewards import JUDGED_REWARDS, check_reward_protocols
+
+    settings: RLStageParams = getattr(params.rl, f"stage{stage}")
+    where = f"rl.stage{stage}.rewards"
+    check_reward_protocols(settings.rewards, params.agent.protocol, where=where)
+    judge = None
+    judged = sorted(JUDGED_REWARDS & set(settings.rewards))
+    if judged:
+        from pipelines.llm.factory import build_chat_client
+
+        try:
+            judge = build_chat_client(params)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {', '.join(judged)} scores the reasoning (R_reason) with the LLM judge of "
+                              f"`llm:`, which is not usable: {exc}") from None
+    functions = trajectory_rewards(settings.rewards, None, settings.reward_options, settings.overlong_tokens,
+                                   judge=judge)
+    return functions, judge
+
+
 def train_rl(params: Params, stage: int, *, start: str | None = None, name: str | None = None, force: bool = False,
              progress: bool = True) -> BuildResult:
     """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
@@ -85,6 +110,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.train.rl.validation import ValidationEM
 
     settings: RLStageParams = getattr(params.rl, f"stage{stage}")
+    rewards, judge = stage_rewards(params, stage)  # refuses a reward that cannot be scored before any model loads
     output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
     start_folder = _start_model(params, stage, start)
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
@@ -94,7 +120,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     memory = {"micro_batch": settings.micro_batch, "logprob_chunk_tokens": settings.logprob_chunk_tokens,
               "prefix_cache_mb": params.agent.prefix_cache_mb}
     shaping = {"stage": stage, "rl": settings.result_settings(), "agent": params.agent.result_settings(),
-               "tools": params.section("tools")}
+               "tools": params.section("tools"), **({"judge": judge.model} if judge is not None else {})}
     existing = read_manifest(output)
     if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):
         return BuildResult(folder=output, manifest=existing, skipped=True)
@@ -135,7 +161,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
 
         peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear",
                                  task_type="CAUSAL_LM")
-    rewards = trajectory_rewards(settings.rewards, None, settings.reward_options, settings.overlong_tokens)
     common = dict(model=model, reward_funcs=rewards, args=config, train_dataset=dataset, processing_class=tokenizer,
                   peft_config=peft_config, rollouts=rollouts, stage=settings)
     if settings.algorithm == "ppo":

@@ -22,6 +22,7 @@ class EncodedRollout(BaseModel):
     completion_ids: list[int]
     env_mask: list[int]  # 1: written by the model (policy loss), 0: written by the environment or the template
     turn_spans: list[tuple[int, int]]  # [start, end) in completion_ids of each assistant turn's model tokens
+    # (empty for a turn in which the model wrote nothing)
     truncated: bool = False
 
 
@@ -82,9 +83,11 @@ def encode_trajectory(trajectory: Trajectory, tokenizer: Any, *, assistant_prefi
         if message["role"] == "assistant":
             segment_mask = _assistant_mask(tokenizer, segment, message["content"], injected, assistant_prefix)
             model_positions = [i for i, m in enumerate(segment_mask) if m]
-            if model_positions:
-                offset = len(prompt_ids) + len(ids) - len(prompt_ids)
-                spans.append((offset + model_positions[0], offset + model_positions[-1] + 1))
+            offset = len(ids)
+            # one span per assistant turn, empty when the model wrote nothing in it: span t is the turn that
+            # per-turn rewards call t (credit: turn)
+            spans.append((offset + model_positions[0], offset + model_positions[-1] + 1) if model_positions
+                         else (offset + len(segment), offset + len(segment)))
         ids += segment
         mask += segment_mask
         previous = rendered

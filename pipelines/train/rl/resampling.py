@@ -61,14 +61,23 @@ def conversation_losses(model: Any, tokenizer: Any, conversations: dict[str, lis
     return losses
 
 
+def conversation_qa_id(conversation_id: str, qa_ids: set[str]) -> str | None:
+    """Which of ``qa_ids`` an SFT conversation was made from: its id is the pair's id and a suffix of one or more
+    parts (``-t0``, ``-t0-m`` for a misspelled start, ``-agent1``); None when none of them."""
+    prefixes = [conversation_id[:i] for i, char in enumerate(conversation_id) if char == "-"]
+    return next((prefix for prefix in reversed(prefixes) if prefix in qa_ids), None)
+
+
 def gold_conversations(params: Params, qa_ids: set[str]) -> dict[str, list[dict[str, str]]]:
-    """The stage-2 SFT conversations (gold paths walked with the tools) of these questions, as chat messages."""
+    """The stage-2 SFT conversation of each of these questions, as chat messages: a template one (a gold path walked
+    with the tools) when the question has one, else its first."""
     from pipelines.train.sft import sharegpt_to_messages
     from pipelines.train.sft_data import read_sft_conversations
 
-    out: dict[str, list[dict[str, str]]] = {}
+    chosen: dict[str, Any] = {}
     for record in read_sft_conversations(params):
-        qa_id = record.id.rsplit("-", 1)[0]
-        if qa_id in qa_ids and qa_id not in out:
-            out[qa_id] = sharegpt_to_messages(record)
-    return out
+        qa_id = conversation_qa_id(record.id, qa_ids)
+        if qa_id is not None and (qa_id not in chosen or (record.source == "template"
+                                                           and chosen[qa_id].source != "template")):
+            chosen[qa_id] = record
+    return {qa_id: sharegpt_to_messages(record) for qa_id, record in chosen.items()}

@@ -157,8 +157,8 @@ def trajectory_rewards(names: list[str], weights: list[float] | None, options: d
                        overlong_tokens: int | None = None, judge: Any = None) -> list[Any]:
     """The named rewards (pipelines.train.rewards) scored on the rollout's Trajectory objects, which
     ``ToolRollouts`` hands to TRL as the extra column ``trajectory``; an episode that generated more than
-    ``overlong_tokens`` earns 0 (EoG's overlong penalty)."""
-    from pipelines.train.rewards import build_reward_functions
+    ``overlong_tokens`` earns 0 (EoG's overlong penalty), its per-turn parts (``turn_scores``) too."""
+    from pipelines.train.rewards import TurnRewards, build_reward_functions
 
     def on_trajectories(function: Any) -> Any:
         def reward(completions: list[Any], trajectory: list[Trajectory] | None = None, **kwargs: Any) -> list[float]:
@@ -167,7 +167,17 @@ def trajectory_rewards(names: list[str], weights: list[float] | None, options: d
                 return scored
             return [0.0 if t.generated_tokens > overlong_tokens else r for r, t in zip(scored, trajectory, strict=True)]
 
+        def turn_scores(completions: list[Any], trajectory: list[Trajectory] | None = None,
+                        **kwargs: Any) -> list[TurnRewards]:
+            scored = function.turn_scores(trajectory if trajectory is not None else completions, **kwargs)
+            if overlong_tokens is None or trajectory is None:
+                return scored
+            return [TurnRewards(turn_rewards=[0.0] * len(s.turn_rewards), global_reward=0.0)
+                    if t.generated_tokens > overlong_tokens else s for s, t in zip(scored, trajectory, strict=True)]
+
         reward.__name__ = function.__name__
+        if hasattr(function, "turn_scores"):
+            reward.turn_scores = turn_scores  # type: ignore[attr-defined]
         return reward
 
     return [on_trajectories(f) for f in build_reward_functions(names, weights, judge=judge, **options)]

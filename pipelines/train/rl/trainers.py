@@ -19,7 +19,7 @@ import torch
 from trl import GRPOTrainer
 
 from pipelines.config import RLStageParams
-from pipelines.train.rewards import RewardOptions, kg_r1_scores
+from pipelines.train.rewards import RewardOptions, TurnRewards, weighted_turn_rewards
 from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages, whiten
 from pipelines.train.rl.micro_batches import trim_completion_padding
 from pipelines.train.rl.resampling import SkippingSampler, conversation_losses
@@ -31,8 +31,9 @@ WRITTEN_FOR_TRL = "1.16.0"  # the TRL release the private overrides below were r
 
 
 class ToolGRPOTrainer(GRPOTrainer):
-    """GRPO with tool rollouts; ``credit: turn`` switches to KG-R1's turn-level advantages; a sampler that
-    skips resampled-out questions (KG-Hopper history / KG-Reasoner hard-case resampling)."""
+    """GRPO with tool rollouts; ``credit: turn`` switches to KG-R1's turn-level advantages (from the configured
+    rewards); a sampler that skips resampled-out questions (KG-Hopper history / KG-Reasoner hard-case
+    resampling)."""
 
     def __init__(self, *args: Any, rollouts: ToolRollouts, stage: RLStageParams, **kwargs: Any) -> None:
         self.rollouts, self.stage = rollouts, stage
@@ -40,6 +41,7 @@ class ToolGRPOTrainer(GRPOTrainer):
         self.hard_case_conversations: dict[str, list[dict[str, str]]] | None = None
         self.epochs_started = 0
         self.last_rewards: torch.Tensor | None = None  # weighted reward of each rollout of the last generation batch
+        self.last_reward_parts: torch.Tensor | None = None  # (B, reward functions), unweighted, NaN: abstained
         # rollout_func: public but experimental in TRL 1.16.0 (it warns unless TRL_EXPERIMENTAL_SILENCE=1)
         super().__init__(*args, rollout_func=rollouts, **kwargs)
 
@@ -59,6 +61,7 @@ class ToolGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         per_function = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         weights = self.reward_weights.to(per_function.device)
+        self.last_reward_parts = per_function.detach().cpu()
         self.last_rewards = (per_function * weights.unsqueeze(0)).nansum(dim=1).detach().cpu()
         return per_function
 
@@ -74,12 +77,30 @@ class ToolGRPOTrainer(GRPOTrainer):
         return trim_completion_padding(inputs) if self.model.training else inputs
 
     def turn_advantages(self, inputs: list[dict[str, Any]], length: int) -> torch.Tensor:
-        """KG-R1 turn-level advantages (B, length) of the generation batch, from its trajectories' turn returns."""
-        options = RewardOptions(**self.stage.reward_options)
-        trajectories = [x["trajectory"] for x in inputs]
-        scores = kg_r1_scores(trajectories, options=options)
-        returns = [s.returns(options.kg_r1_lambda) for s in scores]
-        return turn_level_advantages(returns, [x["turn_spans"] for x in inputs], self.num_generations, length)
+        """Turn-level advantages (B, length) of the generation batch from the configured rewards and weights:
+        ``G_t = r_t + λ·R`` (``weighted_turn_rewards``), r_t from the rewards with a per-turn form (their
+        ``turn_scores``: KG-R1's), R their global rewards plus the whole reward of every other function (as
+        scored for this batch in ``_calculate_rewards``), normalised over the turns of each question's rollouts."""
+        lam = RewardOptions(**self.stage.reward_options).kg_r1_lambda
+        spans = [x["turn_spans"] for x in inputs]
+        parts: list[list[TurnRewards]] = [[] for _ in inputs]
+        # TRL's reward kwargs: every column but the prompt (the rollout's extra columns included)
+        columns = {key: [x[key] for x in inputs] for key in inputs[0]
+                   if key not in ("prompt", "completion", "completion_ids")}
+        start = self.accelerator.process_index * len(inputs)  # the rewards were gathered over every process
+        scalars = self.last_reward_parts[start:start + len(inputs)]
+        for k, function in enumerate(self.reward_funcs):
+            scorer = getattr(function, "turn_scores", None)
+            if scorer is not None:
+                scored = scorer(columns["trajectory"], trainer_state=self.state, **columns)
+            else:
+                scored = [TurnRewards(global_reward=float(torch.nan_to_num(r))) for r in scalars[:, k]]
+            for row, score in zip(parts, scored, strict=True):
+                row.append(score)
+        weights = self.reward_weights.tolist()
+        returns = [weighted_turn_rewards(row, weights, len(turns)).returns(lam) for row, turns in zip(parts, spans,
+                                                                                                    strict=True)]
+        return turn_level_advantages(returns, spans, self.num_generations, length)
 
     def resample_by_history(self, inputs: list[dict[str, Any]]) -> None:
         """KG-Hopper: a question whose rollouts all earned the same reward teaches nothing; drop it."""
