@@ -256,11 +256,18 @@ class RLStageParams(_Section):
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
-    # agent.backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
+    # who generates the rollouts; None: agent.backend. A step's rollouts are short and its training forward/backward
+    # dominates, so on a CPU the onnx weight sync (~20 s) costs more than its faster generation saves (docs/rl.md)
+    backend: Literal["transformers", "onnx"] | None = "transformers"
+    # backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
     # (LoRA merged into a copy, converted, loaded; the sync time is logged as rollout/sync_s)
     sync_every: int = Field(1, ge=1)
     logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)  # as sft.logprob_chunk_tokens
     seed: int = 0
+
+    def rollout_backend(self, agent: AgentParams) -> str:
+        """Who generates this stage's rollouts: its own ``backend``, else the agent's (evaluation's)."""
+        return self.backend or agent.backend
 
     @model_validator(mode="after")
     def _weights_match_rewards(self) -> RLStageParams:

@@ -68,6 +68,15 @@ def test_code_defaults_are_the_base_values_of_params_yaml() -> None:
     assert not sorted(set(defaults) - set(stated)), "settings params.yaml does not state"
 
 
+def test_an_rl_stage_generates_with_its_own_backend_or_else_the_agents() -> None:
+    from pipelines.config import AgentParams, RLStageParams
+
+    onnx_agent = AgentParams(backend="onnx")
+    assert RLStageParams().rollout_backend(onnx_agent) == "transformers"  # params.yaml's choice for a CPU
+    assert RLStageParams(backend=None).rollout_backend(onnx_agent) == "onnx"
+    assert RLStageParams(backend="onnx").rollout_backend(AgentParams()) == "onnx"
+
+
 def test_paper_profile_by_argument_applies_its_overrides_only() -> None:
     quick = load_params(REAL_PARAMS)
     paper = load_params(REAL_PARAMS, profile="paper")

@@ -138,7 +138,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     toolbox = KGToolbox(params)
     rollouts = ToolRollouts(protocol=protocol, tools=InProcessToolClient(toolbox), tokenizer=tokenizer, stage=settings,
                             tasks=tasks, max_length=settings.max_length, prefix_cache_mb=params.agent.prefix_cache_mb,
-                            batch_size=params.agent.batch_size, backend=params.agent.backend,
+                            batch_size=params.agent.batch_size, backend=settings.rollout_backend(params.agent),
                             onnx_precision=params.agent.onnx_precision, sync_every=settings.sync_every,
                             max_same_call=params.agent.max_same_call)
     use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
