@@ -6,12 +6,14 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
 
-from pipelines.config import Params, load_params
+from pipelines.config import Params, load_params, with_overrides
 from pipelines.domains import Domain, check_domain_name, load_registry
 from pipelines.errors import ArtifactMissingError, OmneError
 from pipelines.llm.base import LLMError
@@ -53,9 +55,38 @@ def _params(ctx: click.Context) -> Params:
     return load_params(ctx.obj["params_path"], ctx.obj["profile"])
 
 
-def _selected(params: Params, domains: tuple[str, ...]) -> list[Domain]:
+def _selected(params: Params, domains: tuple[str, ...], default: list[str] | None = None) -> list[Domain]:
+    """The domains named on the command line, else ``default`` (else every registered one)."""
     registry = load_registry(params.registry_path)
-    return [registry.get(name) for name in domains] if domains else registry.domains
+    return [registry.get(name) for name in domains or default or registry.names]
+
+
+def domain_filter_options(section: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--domain / --exclude-domain (repeatable): the command's domain filter, set as params ``section``.domains /
+    exclude_domains for this run (docs/evaluation.md, "Domain filters")."""
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--exclude-domain", "exclude_domains", multiple=True, metavar="NAME",
+                               help=f"Leave out this domain (repeatable; sets {section}.exclude_domains for this "
+                                    "run).")(command)
+        return click.option("--domain", "domains", multiple=True, metavar="NAME",
+                            help=f"Only this domain (repeatable; sets {section}.domains for this run; default: "
+                                 "params.yaml's, where null is every registered domain).")(command)
+    return decorate
+
+
+def _with_domain_filter(params: Params, section: str, domains: tuple[str, ...],
+                        exclude_domains: tuple[str, ...]) -> Params:
+    """``params`` with --domain / --exclude-domain set as ``section``.domains / exclude_domains (the ones given),
+    validated as params.yaml is, and checked against the registry at once."""
+    chosen: dict[str, Any] = {key: list(names) for key, names in (("domains", domains),
+                                                                  ("exclude_domains", exclude_domains)) if names}
+    if not chosen:
+        return params
+    for key in reversed(section.split(".")):
+        chosen = {key: chosen}
+    params = with_overrides(params, chosen, source="--domain / --exclude-domain")
+    params.selected_domains(section)
+    return params
 
 
 @cli.command()
@@ -288,7 +319,8 @@ def qa() -> None:
 
 
 @qa.command("seeds")
-@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--domain", "-d", "names", multiple=True,
+              help="Domain (repeatable; default: those qa.domains / qa.exclude_domains select, all by default).")
 @click.option("--force", is_flag=True, help="Resample even when the KG and params are unchanged.")
 @click.pass_context
 def qa_seeds(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
@@ -296,7 +328,7 @@ def qa_seeds(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
     from pipelines.qa.build import build_seed_subgraphs
 
     params = _params(ctx)
-    for domain in _selected(params, names):
+    for domain in _selected(params, names, params.selected_domains("qa")):
         result = build_seed_subgraphs(domain.name, params, force=force)
         meta = result.manifest.metadata
         click.echo(f"{domain.name}: {'up to date' if result.skipped else 'built'}: {result.manifest.rows['seeds']} "
@@ -334,7 +366,8 @@ def qa_phrases(ctx: click.Context, names: tuple[str, ...], write: bool) -> None:
 
 
 @qa.command("generate")
-@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--domain", "-d", "names", multiple=True,
+              help="Domain (repeatable; default: those qa.domains / qa.exclude_domains select, all by default).")
 @click.option("--generator", type=click.Choice(["template", "llm"]),
               help="template: offline, deterministic; llm: the Omne-R1 paper's prompts (default: qa.generator).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N pairs per bucket (1/2-hop, 3+) per domain.")
@@ -350,7 +383,7 @@ def qa_generate(ctx: click.Context, names: tuple[str, ...], generator: str | Non
     from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs
 
     params = _params(ctx)
-    for domain in _selected(params, names):
+    for domain in _selected(params, names, params.selected_domains("qa")):
         build_seed_subgraphs(domain.name, params)
         result = build_qa_pairs(domain.name, params, generator=generator, limit=limit, force=force)
         stats, usage = result.manifest.metadata["stats"], result.manifest.metadata.get("llm_usage") or {}
@@ -366,7 +399,8 @@ def qa_generate(ctx: click.Context, names: tuple[str, ...], generator: str | Non
 
 
 @qa.command("gold")
-@click.option("--domain", "-d", "names", multiple=True, help="Domain (repeatable; default: all).")
+@click.option("--domain", "-d", "names", multiple=True,
+              help="Domain (repeatable; default: those qa.domains / qa.exclude_domains select, all by default).")
 @click.option("--force", is_flag=True, help="Recompute even when inputs and params are unchanged.")
 @click.pass_context
 def qa_gold(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
@@ -374,7 +408,7 @@ def qa_gold(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
     from pipelines.qa.build import build_gold_paths
 
     params = _params(ctx)
-    for domain in _selected(params, names):
+    for domain in _selected(params, names, params.selected_domains("qa")):
         result = build_gold_paths(domain.name, params, force=force)
         rows = result.manifest.rows
         click.echo(f"{domain.name}: {'up to date' if result.skipped else 'built'}: {rows['valid_paths']} valid of "
@@ -382,19 +416,20 @@ def qa_gold(ctx: click.Context, names: tuple[str, ...], force: bool) -> None:
 
 
 @qa.command("build")
+@domain_filter_options("qa")
 @click.option("--force", is_flag=True, help="Rebuild even when inputs and params are unchanged.")
 @click.option("--no-checks", is_flag=True, help="Skip the Great Expectations suite and the split-leakage check.")
 @click.pass_context
-def qa_build(ctx: click.Context, force: bool, no_checks: bool) -> None:
-    """Merge the domains' QA pairs (gold paths first if needed), dedupe, split, check: artifacts/qa/dataset/."""
-    from pipelines.qa.build import build_gold_paths, build_qa_dataset
+def qa_build(ctx: click.Context, domains: tuple[str, ...], exclude_domains: tuple[str, ...], force: bool,
+             no_checks: bool) -> None:
+    """Merge the domains' QA pairs (gold paths first if needed), dedupe, split, check: artifacts/qa/dataset/.
 
-    params = _params(ctx)
-    registry = load_registry(params.registry_path)
-    from pipelines.layout import qa_dir
-    from pipelines.manifest import read_manifest
+    The domains merged are those qa.domains / qa.exclude_domains (or --domain / --exclude-domain) select that have
+    QA pairs; a domain --domain names must have them."""
+    from pipelines.qa.build import build_gold_paths, build_qa_dataset, built_qa_domains
 
-    with_pairs = [d for d in registry.names if read_manifest(qa_dir(params.artifacts_dir, "pairs", d))]
+    params = _with_domain_filter(_params(ctx), "qa", domains, exclude_domains)
+    with_pairs = built_qa_domains(params, "pairs")
     for domain in with_pairs:
         build_gold_paths(domain, params)
     result = build_qa_dataset(params, with_pairs, force=force)
@@ -452,16 +487,19 @@ def sft() -> None:
 
 
 @sft.command("data")
+@domain_filter_options("sft_data")
 @click.option("--force", is_flag=True, help="Rebuild even when the QA dataset and params are unchanged.")
 @click.option("--teacher-endpoint", help="OpenAI-compatible server of the teacher (source 'teacher'; model: "
                                          "sft_data.teacher_model).")
 @click.pass_context
-def sft_data_command(ctx: click.Context, force: bool, teacher_endpoint: str | None) -> None:
+def sft_data_command(ctx: click.Context, domains: tuple[str, ...], exclude_domains: tuple[str, ...], force: bool,
+                     teacher_endpoint: str | None) -> None:
     """Build artifacts/sft/conversations/ (ShareGPT) from the train split: gold paths walked with the real
-    tools (template), correct own rollouts (agent) and/or teacher rollouts kept when fully correct."""
+    tools (template), correct own rollouts (agent) and/or teacher rollouts kept when fully correct; only the
+    train pairs of the domains sft_data.domains / exclude_domains (or --domain / --exclude-domain) select."""
     from pipelines.train.sft_data import build_sft_conversations
 
-    params = _params(ctx)
+    params = _with_domain_filter(_params(ctx), "sft_data", domains, exclude_domains)
     teacher = None
     if teacher_endpoint:
         from pipelines.llm.openai_client import OpenAIChatClient
@@ -524,14 +562,18 @@ def sft_sweep_command(ctx: click.Context, weights: tuple[float, ...], force: boo
 @click.option("--start", help="Model to start from instead (a transformers folder or an SFT/RL adapter folder).")
 @click.option("--name", help="Model folder under artifacts/models/ (default: rl-stage<N>).")
 @click.option("--force", is_flag=True, help="Retrain even when the start model, data and params are unchanged.")
+@domain_filter_options("rl.stage<N>")
 @click.pass_context
-def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | None, force: bool) -> None:
+def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | None, force: bool,
+               domains: tuple[str, ...], exclude_domains: tuple[str, ...]) -> None:
     """Reinforcement learning with multi-turn tool rollouts (TRL GRPOTrainer; rl.<stage>.algorithm ppo adds a
     value model and GAE): rewards by name from rl.<stage>.rewards; writes artifacts/models/<name>/ (merged
-    model, trainer_state.json with the log history, training_curves.png, manifest.json)."""
+    model, trainer_state.json with the log history, training_curves.png, manifest.json). The training and
+    validation questions are those of the domains rl.<stage>.domains / exclude_domains select."""
     from pipelines.train.rl import train_rl
 
-    result = train_rl(_params(ctx), int(stage), start=start, name=name, force=force)
+    params = _with_domain_filter(_params(ctx), f"rl.stage{stage}", domains, exclude_domains)
+    result = train_rl(params, int(stage), start=start, name=name, force=force)
     meta = result.manifest.metadata
     from pipelines.run import fmt_score
 
@@ -571,14 +613,16 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 @click.option("--force", is_flag=True,
               help="With --name: evaluate again even when that report was made from the same model, test data and "
                    "params (by default it is reused, as `omne run`, Dagster and DVC reuse it).")
+@domain_filter_options("eval")
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, split: str | None, limit: int | None, protocol: str | None,
                  baseline: str | None, endpoint: str | None, tools_server: str | None, name: str | None,
                  kgqa: Path | None, triples: Path | None, kgqa_domain: str | None, kgqa_hops: int,
-                 force: bool) -> None:
+                 force: bool, domains: tuple[str, ...], exclude_domains: tuple[str, ...]) -> None:
     """Evaluate a model (or a baseline) on a QA split: EM (with its Wilson 95% interval), F1, Hit@1 per bucket,
     hop and domain, efficiency and behaviour metrics; writes artifacts/reports/<run>/ (metrics.json,
-    predictions.jsonl, report.html).
+    predictions.jsonl, report.html). Only the questions of the domains eval.domains / exclude_domains (or
+    --domain / --exclude-domain) select, e.g. a domain held out of training.
 
     With --kgqa FILE --triples FILE it evaluates on an external question set instead (--limit is then
     a number of questions): the topic entities are named in the prompt and the tools see only the
@@ -606,7 +650,10 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
                                "tool server does not load)")
     if kgqa is not None and triples is None and kgqa_domain is None:
         raise click.UsageError("--kgqa needs --triples (the KG of the questions), or --kgqa-domain naming a built one")
-    params = _params(ctx)
+    if kgqa is not None and (domains or exclude_domains):
+        raise click.UsageError("--domain and --exclude-domain select the split's questions; with --kgqa the questions "
+                               "are the KGQA file's")
+    params = _with_domain_filter(_params(ctx), "eval", domains, exclude_domains)
     tools = HttpToolClient(tools_server, os.environ.get("OMNE_TOOLS_TOKEN")) if tools_server else None
     if name and kgqa is None and tools is None:  # a named report of a split: reused while current
         options = {k: v for k, v in {"split": split, "limit": limit, "protocol": protocol, "baseline": baseline,

@@ -12,8 +12,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from pipelines.domains import check_domain_name, load_registry, select_domains
 from pipelines.errors import ConfigError
 
 PARAMS_ENV = "OMNE_PARAMS"
@@ -32,6 +43,45 @@ class _Section(BaseModel):
         memory = {name for name, field in type(self).model_fields.items()
                   if (field.json_schema_extra or {}).get("memory_only")}
         return self.model_dump(mode="json", exclude=memory | set(exclude))
+
+
+class DomainSelection(_Section):
+    """A stage's domains: ``domains`` (None: every registered one) without ``exclude_domains``, applied by
+    ``pipelines.domains.select_domains`` (docs/evaluation.md, "Domain filters"): e.g. SFT and RL on every domain but
+    medicine, evaluation on medicine alone. Unset, both are left out of dumps, so that the fingerprints of artifacts
+    built before selections existed stay as they were; set, they are part of the stage's fingerprint (a new
+    selection rebuilds it) and of its manifest's params."""
+
+    domains: list[str] | None = None
+    exclude_domains: list[str] | None = None
+
+    @field_validator("domains", "exclude_domains")
+    @classmethod
+    def _slugs(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is None or (value == [] and info.field_name == "exclude_domains"):  # [] excludes none: as null
+            return None
+        for name in value:
+            check_domain_name(name)
+        if len(set(value)) != len(value):
+            raise ValueError(f"a domain named twice in {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> DomainSelection:
+        if self.domains == []:
+            raise ValueError("domains: [] selects no domain (null selects every registered domain)")
+        both = sorted(set(self.domains or []) & set(self.exclude_domains or []))
+        if both:
+            raise ValueError(f"{', '.join(both)}: both in domains and in exclude_domains")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in ("domains", "exclude_domains"):
+            if data.get(name, ...) is None:
+                data.pop(name)
+        return data
 
 
 class PathsParams(_Section):
@@ -95,7 +145,7 @@ class LLMParams(_Section):
     onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (the transformers answers) | int4 (faster)
 
 
-class QAParams(_Section):
+class QAParams(DomainSelection):
     """QA synthesis: how many seeds and questions, the generator, validation and splits."""
 
     generator: Literal["template", "llm"] = "template"
@@ -144,7 +194,7 @@ class AgentParams(_Section):
     max_same_call: int | None = Field(2, ge=1)
 
 
-class EvalParams(_Section):
+class EvalParams(DomainSelection):
     split: Literal["train", "val", "test"] = "test"
     limit: int | None = Field(6, ge=1)  # questions per bucket (a stable sample); None: the whole split
     samples: int = Field(1, ge=1)  # N independent rollouts per question, metrics on the union (KG-R1's beam)
@@ -155,7 +205,7 @@ class EvalParams(_Section):
     judge: bool = False  # also ask the LLM judge (llm:) whether free-form answers match the gold answer
 
 
-class SFTDataParams(_Section):
+class SFTDataParams(DomainSelection):
     """Stage-2 SFT conversations: which sources, how many, in which mode."""
 
     sources: list[Literal["template", "agent", "teacher"]] = ["template"]
@@ -215,7 +265,7 @@ class SFTParams(_Section):
         return value
 
 
-class RLStageParams(_Section):
+class RLStageParams(DomainSelection):
     """One RL stage (Omne-R1 paper: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
     trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
 
@@ -315,6 +365,23 @@ class Params(_Section):
     def artifacts_dir(self) -> Path:
         return self.root / self.paths.artifacts
 
+    def domain_selection(self, key: str) -> DomainSelection:
+        """The section ``key`` (qa, sft_data, rl.stage1, rl.stage3, eval) whose domains / exclude_domains select a
+        stage's domains."""
+        selection: Any = self
+        for part in key.split("."):
+            selection = getattr(selection, part, None)
+        if not isinstance(selection, DomainSelection):
+            raise ConfigError(f"{key}: not a section with domains / exclude_domains")
+        return selection
+
+    def selected_domains(self, key: str) -> list[str]:
+        """The registered domains that the selection of section ``key`` keeps, in registry order
+        (``select_domains``: an unknown name, a name both kept and excluded, or nothing left is an error)."""
+        selection = self.domain_selection(key)
+        return select_domains(load_registry(self.registry_path).names, selection.domains, selection.exclude_domains,
+                              what=key)
+
     def section(self, name: str) -> dict[str, Any]:
         """A section as plain data, e.g. to record in a manifest the params that shaped an artifact."""
         return getattr(self, name).model_dump(mode="json")
@@ -359,6 +426,16 @@ def resolve_params(raw: dict[str, Any], profile: str | None = None, *, source: s
     merged["profile"] = chosen
     try:
         return Params.model_validate({**merged, "root": root or Path.cwd()})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+
+
+def with_overrides(params: Params, overrides: dict[str, Any], *, source: str = "command line") -> Params:
+    """``params`` with nested ``overrides`` (e.g. ``{"eval": {"domains": ["medicine"]}}``) merged in and validated
+    again, as a profile's are: how a command-line option sets a param (``--domain``), with the same checks."""
+    merged = _deep_merge(params.model_dump(mode="json"), overrides)
+    try:
+        return Params.model_validate({**merged, "root": params.root})
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, exc)) from None
 

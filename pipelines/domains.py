@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
@@ -49,6 +49,28 @@ def check_domain_name(name: str) -> str:
         raise RegistryError(f"invalid domain name '{name[:20]}...': {len(name)} characters, at most "
                             f"{MAX_NAME_LENGTH} (it becomes a folder name and the tools' graph_type)")
     return name
+
+
+def select_domains(names: Sequence[str], include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+                   *, what: str = "domains") -> list[str]:
+    """The names a stage's domain selection keeps, in ``names``' (the registry's) order: ``include`` (None: every
+    one) without ``exclude``. Every stage applies its selection with this one function (docs/evaluation.md,
+    "Domain filters"), so that a misspelt name is an error everywhere instead of an empty stage somewhere.
+
+    ``what`` is the params key of the selection (``eval``, ``rl.stage1``), named in the errors."""
+    include, exclude = list(include or []), list(exclude or [])
+    unknown = [n for n in [*include, *exclude] if n not in names]
+    if unknown:
+        raise RegistryError(f"{what}.domains/exclude_domains: unknown domain(s) {', '.join(map(repr, unknown))}; "
+                            f"registered domains: {', '.join(names) or '(none)'}")
+    both = sorted(set(include) & set(exclude))
+    if both:
+        raise RegistryError(f"{what}: {', '.join(both)} both in domains and in exclude_domains")
+    kept = [n for n in names if (not include or n in include) and n not in exclude]
+    if not kept:
+        raise RegistryError(f"{what}.domains/exclude_domains select no domain (domains: {include or 'all'}, "
+                            f"exclude_domains: {exclude}; registered: {', '.join(names) or '(none)'})")
+    return kept
 
 
 class SourceSpec(BaseModel):

@@ -27,11 +27,19 @@ from tqdm.auto import tqdm
 
 from pipelines.config import Params
 from pipelines.domains import Domain
+from pipelines.errors import ConfigError
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.checks import CheckOutcome
 from pipelines.kg.graph import GraphStats
 from pipelines.layout import RUN_TIMINGS_FILE, reports_dir
-from pipelines.qa.build import DatasetResult, build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+from pipelines.manifest import BuildResult
+from pipelines.qa.build import (
+    DatasetResult,
+    build_gold_paths,
+    build_qa_dataset,
+    build_qa_pairs,
+    build_seed_subgraphs,
+)
 from pipelines.stage_process import read_status_kib, reset_peak_rss, run_in_child, stages_inline
 
 log = logging.getLogger(__name__)
@@ -143,9 +151,11 @@ class QAChecksFailed(RuntimeError):
 def build_domain_artifacts(params: Params, domains: list[Domain], *, force: bool = False,
                            times: StageTimes | None = None, built: list[BuiltArtifact] | None = None,
                            ) -> list[DomainRow]:
-    """KG, entity index, seed subgraphs, QA pairs and gold paths of each domain, with one table row each."""
+    """KG and entity index of each domain, and the seed subgraphs, QA pairs and gold paths of those qa.domains /
+    qa.exclude_domains select (the others' tools are built, their questions not), with one table row each."""
     times = times or StageTimes()
     built = built if built is not None else []
+    with_qa = set(params.selected_domains("qa"))
     rows = []
     for domain in tqdm(domains, desc="domains", unit="domain"):
         start = time.perf_counter()
@@ -153,25 +163,36 @@ def build_domain_artifacts(params: Params, domains: list[Domain], *, force: bool
             kg = build_knowledge_graph(domain, params, force=force)
         with times.timed("entity indexes"):
             index = build_entity_index(domain.name, params, force=force)
-        with times.timed("seed subgraphs"):
-            seeds = build_seed_subgraphs(domain.name, params, force=force)
-        with times.timed("QA pairs"):
-            pairs = build_qa_pairs(domain.name, params, force=force)
-        with times.timed("gold paths"):
-            gold = build_gold_paths(domain.name, params, force=force)
+        qa_steps: list[tuple[str, BuildResult]] = []
+        if domain.name in with_qa:
+            with times.timed("seed subgraphs"):
+                qa_steps.append(("seed_subgraphs", build_seed_subgraphs(domain.name, params, force=force)))
+            with times.timed("QA pairs"):
+                qa_steps.append(("qa_pairs", build_qa_pairs(domain.name, params, force=force)))
+            with times.timed("gold paths"):
+                qa_steps.append(("gold_paths", build_gold_paths(domain.name, params, force=force)))
         built += [BuiltArtifact(stage=stage, partition=domain.name, folder=result.folder)
-                  for stage, result in (("knowledge_graph", kg), ("entity_index", index), ("seed_subgraphs", seeds),
-                                        ("qa_pairs", pairs), ("gold_paths", gold))]
+                  for stage, result in (("knowledge_graph", kg), ("entity_index", index), *qa_steps)]
         rows.append(DomainRow(
             domain=domain.name,
             stats=GraphStats.model_validate(kg.manifest.metadata["stats"]),
             recall_at_1=index.manifest.metadata["self_retrieval"]["recall_at_1"],
             kg_state="cached" if kg.skipped else "built",
             index_state="cached" if index.skipped else "built",
-            qa_state="cached" if seeds.skipped and pairs.skipped and gold.skipped else "built",
+            qa_state="-" if not qa_steps else "cached" if all(r.skipped for _, r in qa_steps) else "built",
             seconds=round(time.perf_counter() - start, 2),
         ))
     return rows
+
+
+def run_qa_domains(params: Params, domains: list[Domain]) -> list[str]:
+    """The run's domains that qa.domains / qa.exclude_domains select: what its QA dataset merges."""
+    with_qa = params.selected_domains("qa")
+    names = [d.name for d in domains if d.name in with_qa]
+    if not names:
+        raise ConfigError(f"none of the run's domains ({', '.join(d.name for d in domains)}) is selected by "
+                          f"qa.domains / qa.exclude_domains (they select {', '.join(with_qa)})")
+    return names
 
 
 def qa_dataset_checks(params: Params) -> list[CheckOutcome]:
@@ -268,7 +289,7 @@ def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, fo
     try:
         print_domain_table(build_domain_artifacts(params, domains, force=force, times=times, built=built))
         with times.timed("QA dataset + checks"):
-            dataset: DatasetResult = build_qa_dataset(params, [d.name for d in domains], force=force)
+            dataset: DatasetResult = build_qa_dataset(params, run_qa_domains(params, domains), force=force)
             print_qa_stats(dataset.stats)
             if not print_check_outcomes(qa_dataset_checks(params)):
                 raise QAChecksFailed("the QA dataset failed a blocking check (above); nothing was trained on it")

@@ -95,6 +95,46 @@ def embedded_domains_project(root: Path, *, per_bucket: int | None = None) -> Pa
     return params
 
 
+TWIN_DOMAINS = ("solar", "mirror")
+
+
+def twin_solar_project(root: Path) -> Params:
+    """Two tiny domains for the domain filters (docs/evaluation.md, "Domain filters"): solar, and mirror, the same
+    graph with every name followed by "Prime" (other questions, so none is deduplicated away); KGs, indexes, QA
+    pairs, gold paths and the merged dataset of both built (val_share 0.3, as ``solar_qa``)."""
+    import re
+
+    from pipelines.domains import load_registry
+    from pipelines.kg.build import build_entity_index, build_knowledge_graph
+    from pipelines.qa.build import build_gold_paths, build_qa_dataset, build_qa_pairs, build_seed_subgraphs
+
+    make_project(root, TINY_REGISTRY + TINY_REGISTRY.split("\n", 1)[1].replace("solar", "mirror"))
+    source = (DATA / "solar" / "entities.csv").read_text(), (DATA / "solar" / "triples.csv").read_text()
+    names = {line.split(",")[0] for line in source[0].splitlines()[1:]}
+    names |= {part for line in source[1].splitlines()[1:] for part in line.split(",")[:3:2]}
+    pattern = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(names, key=len, reverse=True)))
+    (root / "kg_assets" / "mirror").mkdir()
+    for name, text in zip(("entities.csv", "triples.csv"), source, strict=True):
+        (root / "kg_assets" / "mirror" / name).write_text(pattern.sub(lambda m: f"{m[0]} Prime", text))
+    path = root / "params.yaml"
+    path.write_text(path.read_text().replace("  val_share: 0.1\n", "  val_share: 0.3\n", 1))
+    params = load_params(path)
+    for domain in load_registry(params.registry_path).domains:
+        build_knowledge_graph(domain, params)
+        build_entity_index(domain.name, params)
+        build_seed_subgraphs(domain.name, params)
+        build_qa_pairs(domain.name, params)
+        build_gold_paths(domain.name, params)
+    build_qa_dataset(params)
+    return params
+
+
+@pytest.fixture(scope="session")
+def twin_qa(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    """``twin_solar_project``, built once per test session (tests that rebuild its dataset work on a copy)."""
+    return twin_solar_project(tmp_path_factory.mktemp("twin") / "project")
+
+
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
     return make_project(tmp_path / "project")

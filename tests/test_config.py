@@ -327,3 +327,66 @@ def test_booleans_are_not_silently_taken_for_numbers(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_params(path)
     assert "seeds.depth" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------- domain filters
+
+
+def test_select_domains_keeps_registry_order_and_names_what_is_wrong() -> None:
+    from pipelines.domains import select_domains
+
+    names = ["chemistry", "geography", "medicine"]
+    assert select_domains(names) == names
+    assert select_domains(names, ["medicine", "chemistry"]) == ["chemistry", "medicine"]
+    assert select_domains(names, None, ["medicine"]) == ["chemistry", "geography"]
+    with pytest.raises(RegistryError, match=r"eval\.domains/exclude_domains: unknown domain\(s\) 'medcine'; "
+                                            r"registered domains: chemistry, geography, medicine"):
+        select_domains(names, ["medcine"], what="eval")
+    with pytest.raises(RegistryError, match=r"sft_data\.domains/exclude_domains select no domain"):
+        select_domains(names, None, names, what="sft_data")
+    with pytest.raises(RegistryError, match="medicine both in domains and in exclude_domains"):
+        select_domains(names, ["medicine"], ["medicine"])
+
+
+@pytest.mark.parametrize(("selection", "fragment"), [
+    ({"domains": []}, "selects no domain"),
+    ({"domains": ["Medicine"]}, "invalid domain name 'Medicine'"),
+    ({"domains": ["medicine", "medicine"]}, "a domain named twice"),
+    ({"domains": ["medicine"], "exclude_domains": ["medicine"]}, "medicine: both in domains and in exclude_domains"),
+])
+@pytest.mark.parametrize("section", ["qa", "eval", "sft_data", "rl.stage1", "rl.stage3"])
+def test_domain_selections_are_validated_in_every_section(tmp_path: Path, section: str, selection: dict,
+                                                          fragment: str) -> None:
+    def edit(raw: dict) -> None:
+        target = raw
+        for part in section.split("."):
+            target = target[part]
+        target.update(selection)
+
+    with pytest.raises(ConfigError, match=fragment):
+        load_params(params_copy(tmp_path, edit))
+
+
+def test_unset_domain_selections_stay_out_of_the_fingerprints_and_set_ones_go_in(tmp_path: Path) -> None:
+    from pipelines.config import with_overrides
+    from pipelines.domains import load_registry
+
+    params = load_params(REAL_PARAMS)
+    # unset (null), the keys are not dumped: artifacts built before domain filters existed stay up to date
+    assert not {"domains", "exclude_domains"} & {*params.section("qa"), *params.section("eval"),
+                                                 *params.section("sft_data"), *params.rl.stage1.result_settings()}
+    path = params_copy(tmp_path, lambda raw: raw["eval"].update(domains=["medicine"], exclude_domains=[]))
+    held_in = load_params(path)
+    assert held_in.section("eval")["domains"] == ["medicine"] and held_in.eval.exclude_domains is None
+    assert held_in.eval.domains == ["medicine"]
+    # the command line's --exclude-domain: an override validated as params.yaml is
+    held_out = with_overrides(params, {"rl": {"stage3": {"exclude_domains": ["medicine"]}}})
+    assert held_out.rl.stage3.result_settings()["exclude_domains"] == ["medicine"]
+    assert held_out.rl.stage1 == params.rl.stage1 and held_out.root == params.root
+    names = load_registry(params.registry_path).names
+    assert "medicine" in names and held_out.selected_domains("rl.stage3") == [n for n in names if n != "medicine"]
+    assert held_out.selected_domains("sft_data") == names
+    with pytest.raises(ConfigError, match="command line: invalid parameters"):
+        with_overrides(params, {"eval": {"domains": ["medicine"], "exclude_domains": ["medicine"]}})
+    with pytest.raises(RegistryError, match=r"eval\.domains/exclude_domains: unknown domain\(s\) 'pharmacy'"):
+        with_overrides(params, {"eval": {"domains": ["pharmacy"]}}).selected_domains("eval")

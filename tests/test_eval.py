@@ -131,3 +131,24 @@ def test_llm_judge_runs_beside_exact_match(solar_qa: Params, monkeypatch: pytest
     assert result.metrics.judge == {"accuracy": 1.0, "asked": result.metrics.overall.n, "failed": 0}
     assert judged.state.log.total == result.metrics.overall.n
     assert all(t.judge == {"verdict": True, "reasoning": "same entity"} for t in result.trajectories)
+
+
+def test_eval_domains_evaluates_only_that_domains_questions(twin_qa: Params) -> None:
+    from pipelines.config import with_overrides
+
+    params = with_overrides(twin_qa, {"eval": {"domains": ["mirror"]}})
+    mirror = [p for p in load_split(twin_qa, "train") if p.domain == "mirror"]
+    result = evaluate(params, client=ScriptedChatClient(gold_policy(params), model="gold-policy"), split="train",
+                      limit=50, progress=False, name="mirror-only")
+    metrics = result.metrics
+    assert {t.domain for t in result.trajectories} == {"mirror"} and metrics.overall.n == len(mirror) > 0
+    assert metrics.domains == ["mirror"] and set(metrics.by_domain) == {"mirror"} and metrics.overall.em == 1.0
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    assert manifest["params"]["eval"]["domains"] == ["mirror"]  # the report records the selection
+    assert json.loads((result.folder / "metrics.json").read_text())["domains"] == ["mirror"]
+    assert '<b>domains</b> mirror</span>' in (result.folder / "report.html").read_text()
+
+    everything = evaluate(twin_qa, client=ScriptedChatClient(gold_policy(twin_qa), model="gold-policy"), split="train",
+                          limit=50, progress=False, name="both")
+    assert everything.metrics.domains == ["mirror", "solar"]  # eval.domains unset: every domain of the split
+    assert "domains" not in json.loads((everything.folder / "manifest.json").read_text())["params"]["eval"]

@@ -333,3 +333,43 @@ def test_gold_paths_verified_by_the_llm(chemistry: Params) -> None:
             uses_isotope = any(e.keywords == "isotope of" for e in item.edges)
             assert item.valid == (uses_isotope and item.reason == "follows the question") or \
                 item.reason.startswith("no verdict")
+
+
+def test_qa_domains_select_what_the_dataset_merges_and_later_stages_name_what_it_left_out(twin_qa: Params,
+                                                                                          tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+    from pipelines.config import with_overrides
+    from pipelines.errors import ArtifactMissingError, ConfigError
+    from pipelines.eval.runner import load_split
+    from pipelines.run import build_domain_artifacts, run_qa_domains
+
+    root = shutil.copytree(twin_qa.root, tmp_path / "project")  # the shared project's dataset stays as it is
+    command = ["--params", str(root / "params.yaml"), "qa", "build", "--no-checks"]
+    held_out = CliRunner().invoke(cli, [*command, "--exclude-domain", "mirror"])
+    assert held_out.exit_code == 0, held_out.output
+    params = load_params(root / "params.yaml")
+    manifest = json.loads((root / "artifacts" / "qa" / "dataset" / "manifest.json").read_text())
+    assert manifest["params"]["domains"] == ["solar"]  # the selection is part of the dataset's fingerprint
+    assert {p.domain for split in ("train", "val", "test") for p in load_split(params, split)} == {"solar"}
+    assert "up to date" in CliRunner().invoke(cli, [*command, "--exclude-domain", "mirror"]).output
+    # a stage selecting only the domain the dataset left out: an error that says why, not an empty stage
+    with pytest.raises(ArtifactMissingError, match=r"no question of the domains eval\.domains/exclude_domains select "
+                                                   r"\(mirror\); the split's domains: solar \(qa\.domains"):
+        load_split(with_overrides(params, {"eval": {"domains": ["mirror"]}}), "train", "eval")
+    unknown = CliRunner().invoke(cli, [*command, "--domain", "mars"])
+    assert unknown.exit_code == 2 and "registered domains: solar, mirror" in unknown.output
+    everything = CliRunner().invoke(cli, command)  # no selection: every domain with pairs, rebuilt
+    assert everything.exit_code == 0 and "built:" in everything.output
+    assert json.loads((root / "artifacts" / "qa" / "dataset" / "manifest.json").read_text())["params"]["domains"] == [
+        "solar", "mirror"]
+
+    # `omne run`: every domain's KG and index, QA only for the selected ones (all up to date here)
+    only_mirror = with_overrides(params, {"qa": {"domains": ["mirror"]}})
+    domains = load_registry(params.registry_path).domains
+    rows = {row.domain: row for row in build_domain_artifacts(only_mirror, domains)}
+    assert (rows["solar"].qa_state, rows["mirror"].qa_state) == ("-", "cached")
+    assert run_qa_domains(only_mirror, domains) == ["mirror"]
+    with pytest.raises(ConfigError, match=r"none of the run's domains \(solar\) is selected"):
+        run_qa_domains(only_mirror, domains[:1])

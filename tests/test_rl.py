@@ -128,7 +128,7 @@ def test_policy_loss_gradient_ignores_tool_response_tokens(solar_qa: Params, tin
     params = _tiny_params(solar_qa, tiny)
     encoded = encode_trajectory(_trajectory(), tokenizer)
     model = AutoModelForCausalLM.from_pretrained(tiny)
-    dataset = rl_dataset(rl_questions(params, params.rl.stage1)[:1], _protocol(params), {})
+    dataset = rl_dataset(rl_questions(params, 1)[:1], _protocol(params), {})
     trainer = ToolGRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                               args=GRPOConfig(output_dir=str(tiny.parent / "out"), use_cpu=True, report_to="none",
                                               num_generations=2, per_device_train_batch_size=2),
@@ -300,3 +300,18 @@ def test_rollouts_generate_at_most_agent_batch_size_episodes_together(solar_qa: 
     trajectories = rollouts.roll_out(AutoModelForCausalLM.from_pretrained(tiny), tasks, temperature=0.0)
     assert [t.qa_id for t in trajectories] == [f"q{i}" for i in range(5)]
     assert batches and max(batches) <= 2 and sum(batches) >= 5
+
+
+def test_rl_questions_are_those_of_the_stages_domains(twin_qa: Params) -> None:
+    from pipelines.config import with_overrides
+    from pipelines.errors import RegistryError
+    from pipelines.train.rl.data import validation_questions
+
+    assert {p.domain for p in rl_questions(twin_qa, 1)} == {"solar", "mirror"}
+    params = with_overrides(twin_qa, {"rl": {"stage1": {"domains": ["solar"]}, "stage3": {"exclude_domains": ["solar"]}}})
+    assert {p.domain for p in rl_questions(params, 1)} == {"solar"}
+    assert {p.domain for p in validation_questions(params, 1)} == {"solar"}
+    assert {p.domain for p in rl_questions(params, 3)} == {"mirror"}
+    assert {p.domain for p in validation_questions(params, 3)} == {"mirror"}
+    with pytest.raises(RegistryError, match=r"rl\.stage1\.domains/exclude_domains: unknown domain\(s\) 'pluto'"):
+        rl_questions(with_overrides(twin_qa, {"rl": {"stage1": {"domains": ["pluto"]}}}), 1)

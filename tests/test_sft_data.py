@@ -265,3 +265,32 @@ def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket() -> N
     assert [p.id for p in balanced_sample(pairs, 20, 1)] != [p.id for p in chosen]
     few = balanced_sample(pairs, per_bucket=5, seed=0)
     assert Counter(p.domain for p in few if p.bucket == "1-2") == {"big": 3, "mid": 2}
+
+
+def test_conversations_come_only_from_the_train_pairs_of_the_selected_domains(twin_qa: Params) -> None:
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+    from pipelines.config import with_overrides
+
+    domain_of = {p.id: p.domain for p in load_split(twin_qa, "train")}
+    assert set(domain_of.values()) == {"solar", "mirror"}
+    everything = build_sft_conversations(twin_qa, progress=False)
+    assert not {"domains", "exclude_domains"} & set(everything.manifest.params)  # unset: fingerprints as before
+    assert {domain_of[r.id.rsplit("-t", 1)[0]] for r in read_sft_conversations(twin_qa)} == {"solar", "mirror"}
+
+    held_out = with_overrides(twin_qa, {"sft_data": {"exclude_domains": ["mirror"]}})
+    result = build_sft_conversations(held_out, progress=False)
+    assert not result.skipped and result.manifest.params["exclude_domains"] == ["mirror"]  # a new selection rebuilds
+    records = read_sft_conversations(held_out)
+    assert records and {domain_of[r.id.rsplit("-t", 1)[0]] for r in records} == {"solar"}
+    assert {r.domain or r.graph_type for r in records} == {"solar"}  # the tools answered from solar alone
+    assert build_sft_conversations(held_out, progress=False).skipped
+
+    # the command line: --domain sets sft_data.domains for this run
+    command = ["--params", str(twin_qa.root / "params.yaml"), "sft", "data"]
+    only = CliRunner().invoke(cli, [*command, "--domain", "mirror"])
+    assert only.exit_code == 0 and "built:" in only.output, only.output
+    assert {domain_of[r.id.rsplit("-t", 1)[0]] for r in read_sft_conversations(twin_qa)} == {"mirror"}
+    unknown = CliRunner().invoke(cli, [*command, "--exclude-domain", "venus"])
+    assert unknown.exit_code == 2 and "unknown domain(s) 'venus'; registered domains: solar, mirror" in unknown.output

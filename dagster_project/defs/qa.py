@@ -77,7 +77,8 @@ def gold_paths(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
 @dg.asset(group_name="qa", kinds={"parquet", "great_expectations"}, deps=[qa_pairs, gold_paths],
           check_specs=_unpartitioned("qa_dataset", QA_TABLE_CHECKS))
 def qa_dataset(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
-    """All domains' pairs merged, de-duplicated and split (train/val/test), checked by a GE suite."""
+    """The pairs of the domains qa.domains / qa.exclude_domains select (all by default) merged, de-duplicated and
+    split (train/val/test), checked by a GE suite."""
     params = omne.params()
     result = qa_build.build_qa_dataset(params)
     table = qa_build.read_qa_dataset(params)

@@ -361,7 +361,8 @@ def render_html(metrics: EvalMetrics, trajectories: list[Trajectory], gold_paths
     data = {"run": metrics.run, "episodes": episodes, "systems": list(systems)}
     e = html.escape
     header = [("run", metrics.run), ("model", metrics.model), ("protocol", metrics.protocol),
-              ("baseline", metrics.baseline or "—"), ("split", metrics.split), ("samples", str(metrics.samples)),
+              ("baseline", metrics.baseline or "—"), ("split", metrics.split),
+              ("domains", ", ".join(metrics.domains) or "—"), ("samples", str(metrics.samples)),
               ("episodes", str(len(trajectories)))]
     plot_html = "\n".join(
         f'<figure class="plot"><img id="plot-{e(name)}" data-testid="plot-{e(name)}" alt="{e(name)}" '

@@ -53,11 +53,31 @@ class EvalResult(BaseModel):
     kgqa: dict[str, Any] | None = None  # an external KGQA set: its coverage summary (KGQASet.summary)
 
 
-def load_split(params: Params, split: str) -> list[QAPair]:
+def load_split(params: Params, split: str, selection: str | None = None) -> list[QAPair]:
+    """The split's pairs; with ``selection``, a params section with domains / exclude_domains (``sft_data``,
+    ``rl.stage1``, ``eval``, ...), those of the domains it selects, and an error when none of the split's are."""
     path = qa_dir(params.artifacts_dir, "dataset") / f"{split}.jsonl"
     if not path.is_file():
         raise ArtifactMissingError(f"{path}: the QA dataset is not built (run `omne qa build` or `make run`)")
-    return read_jsonl(path, QAPair)
+    pairs: list[QAPair] = read_jsonl(path, QAPair)
+    if selection is None:
+        return pairs
+    chosen = domain_pairs(pairs, params, selection)
+    if pairs and not chosen:
+        raise ArtifactMissingError(
+            f"{path}: no question of the domains {selection}.domains/exclude_domains select "
+            f"({', '.join(params.selected_domains(selection))}); the split's domains: "
+            f"{', '.join(sorted({p.domain for p in pairs}))} (qa.domains decides which domains the dataset holds)")
+    return chosen
+
+
+def domain_pairs(pairs: list[QAPair], params: Params, selection: str) -> list[QAPair]:
+    """The pairs of the domains that params section ``selection`` selects (all of them when it selects every one)."""
+    chosen = params.domain_selection(selection)
+    if chosen.domains is None and chosen.exclude_domains is None:
+        return pairs
+    kept = set(params.selected_domains(selection))
+    return [p for p in pairs if p.domain in kept]
 
 
 def stable_sample(pairs: list[QAPair], per_bucket: int | None, seed: int) -> list[QAPair]:
@@ -117,7 +137,7 @@ class SplitSource(QuestionSource):
     @classmethod
     def load(cls, params: Params, split: str, limit: int | None) -> SplitSource:
         """Sample the split and load the KG of its domains (an error when the split has no questions)."""
-        pairs = stable_sample(load_split(params, split), limit, params.eval.seed)
+        pairs = stable_sample(load_split(params, split, "eval"), limit, params.eval.seed)
         if not pairs:
             raise ArtifactMissingError(f"the {split} split has no questions")
         toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))

@@ -106,6 +106,7 @@ class EvalMetrics(BaseModel):
     by_bucket: dict[str, Scores] = Field(default_factory=dict)
     by_hops: dict[str, Scores] = Field(default_factory=dict)  # HOP_GROUPS
     by_domain: dict[str, Scores] = Field(default_factory=dict)
+    domains: list[str] = Field(default_factory=list)  # the domains of the questions evaluated (eval.domains selects)
     efficiency: Efficiency = Efficiency()
     behaviour: Behaviour = Behaviour()
     samples: int = 1  # N independent rollouts per question (N-run union when > 1)

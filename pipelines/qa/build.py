@@ -260,14 +260,16 @@ class DatasetResult(BuildResult):
     stats: dict[str, Any] = {}
 
 
-def built_qa_domains(params: Params) -> list[str]:
-    """Registered domains whose gold paths are built (what the dataset merges)."""
-    names = load_registry(params.registry_path).names
-    return [d for d in names if read_manifest(qa_dir(params.artifacts_dir, "gold", d)) is not None]
+def built_qa_domains(params: Params, kind: str = "gold") -> list[str]:
+    """The domains qa.domains / qa.exclude_domains select whose ``kind`` (pairs, gold) is built: what the dataset
+    merges. Every domain qa.domains names is kept, built or not, so that a missing one is an error naming it."""
+    return [d for d in params.selected_domains("qa") if params.qa.domains is not None
+            or read_manifest(qa_dir(params.artifacts_dir, kind, d)) is not None]
 
 
 def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force: bool = False) -> DatasetResult:
-    """Merge every domain's pairs, dedupe, split by stable hash, write qa.parquet + split jsonl + stats."""
+    """Merge the domains' pairs (default: ``built_qa_domains``), dedupe, split by stable hash, write qa.parquet +
+    split jsonl + stats; the manifest's params name the merged domains."""
     from pipelines.qa.expectations import qa_table
 
     domains = domains if domains is not None else built_qa_domains(params)

@@ -302,7 +302,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = manifest_inputs(dataset_dir, params.root, "the QA dataset (run `omne qa build`)",
                              only={"train.jsonl", "gold_paths.jsonl"})
-    pairs = load_split(params, "train")
+    pairs = load_split(params, "train", "sft_data")  # the domains sft_data.domains / exclude_domains select
     domains = sorted({p.domain for p in pairs})
     for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)
         inputs |= manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}")

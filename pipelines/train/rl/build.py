@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.agent.rollout import Task
-from pipelines.config import Params, RLStageParams
+from pipelines.config import Params
 from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
 from pipelines.manifest import BuildResult
-from pipelines.train.rl.data import rl_dataset, rl_questions, validation_questions
+from pipelines.train.rl.data import rl_dataset, rl_questions, stage_params, validation_questions
 from pipelines.train.rl.history import plot_rl_curves, rl_summary
 from pipelines.train.rl.micro_batches import micro_batch_size
 from pipelines.train.rl.resampling import gold_conversations
@@ -65,7 +65,7 @@ def stage_rewards(params: Params, stage: int) -> tuple[list[Any], Any]:
     from pipelines.errors import ConfigError
     from pipelines.train.rewards import JUDGED_REWARDS, check_reward_protocols
 
-    settings: RLStageParams = getattr(params.rl, f"stage{stage}")
+    settings = stage_params(params, stage)
     where = f"rl.stage{stage}.rewards"
     check_reward_protocols(settings.rewards, params.agent.protocol, where=where)
     judge = None
@@ -109,7 +109,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
     from pipelines.train.rl.validation import ValidationEM
 
-    settings: RLStageParams = getattr(params.rl, f"stage{stage}")
+    settings = stage_params(params, stage)
     rewards, judge = stage_rewards(params, stage)  # refuses a reward that cannot be scored before any model loads
     output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
     start_folder = _start_model(params, stage, start)
@@ -127,9 +127,10 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
 
     agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
     protocol = make_protocol(params.model_copy(update={"agent": agent}), agent.protocol, None)
-    pairs = rl_questions(params, settings)
+    pairs = rl_questions(params, stage)
     if not pairs:
-        raise ValueError(f"rl.stage{stage}: no training questions (data_mix {settings.data_mix!r} on the train split)")
+        raise ValueError(f"rl.stage{stage}: no training questions (data_mix {settings.data_mix!r} on the train split's "
+                         f"questions of {', '.join(params.selected_domains(f'rl.stage{stage}'))})")
     dataset = rl_dataset(pairs, protocol, load_gold_paths(params))
     tasks = {row["prompt"][-1]["content"]: Task(qa_id=p.id, domain=p.domain, question=p.question,
                                                 gold_answers=p.answers, bucket=p.bucket, hops=p.hops)
@@ -169,7 +170,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         trainer = ToolGRPOTrainer(**common)
     if settings.resample == "hard_case":
         trainer.hard_case_conversations = gold_conversations(params, {p.id for p in pairs if p.bucket == "3+"})
-    validation = validation_questions(params, settings)
+    validation = validation_questions(params, stage)
     if validation and settings.val_questions:
         trainer.add_callback(ValidationEM(trainer, rollouts, validation, settings.eval_every))
     with fused_logprob_tokens(settings.logprob_chunk_tokens):
@@ -192,7 +193,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         manifest = new_manifest(f"rl_stage{stage}_model", files={}, inputs=inputs, params=shaping,
                                 rows={"questions": len(pairs), "steps": trainer.state.global_step},
                                 metadata={"start_model": relative_path(start_folder, params.root), **summary,
-                                          "memory": memory})
+                                          "domains": sorted({p.domain for p in pairs}), "memory": memory})
         write_manifest(tmp, manifest)
     del trainer, model, policy, rollouts, toolbox, common
     release_memory()  # the next stage of the same process starts without this one's model and trainer
