@@ -187,7 +187,7 @@ class AgentParams(_Section):
     prefix_cache_mb: int = Field(512, ge=0, json_schema_extra=MEMORY_ONLY)
     # who generates: transformers (the model in this process; the reference) | onnx (ONNX Runtime on the CPU, from a
     # converted copy of the model made once per model identity: pipelines/llm/onnx_export.py)
-    backend: Literal["transformers", "onnx"] = "transformers"
+    backend: Literal["transformers", "onnx"] = "onnx"
     onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (same answers) | int4 (4-bit weights)
     # the same call made more than this many times in a row ends the episode (finish "repeated_call"): the tools
     # would answer the same, and a looping model spends its remaining rounds on it; None: never
@@ -196,7 +196,7 @@ class AgentParams(_Section):
 
 class EvalParams(DomainSelection):
     split: Literal["train", "val", "test"] = "test"
-    limit: int | None = Field(6, ge=1)  # questions per bucket (a stable sample); None: the whole split
+    limit: int | None = Field(40, ge=1)  # questions per bucket (a stable sample); None: the whole split
     samples: int = Field(1, ge=1)  # N independent rollouts per question, metrics on the union (KG-R1's beam)
     repeats: int = Field(1, ge=1)  # repeated runs with different seeds, reported as mean +- sd
     seed: int = 0
