@@ -265,3 +265,74 @@ def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket() -> N
     assert [p.id for p in balanced_sample(pairs, 20, 1)] != [p.id for p in chosen]
     few = balanced_sample(pairs, per_bucket=5, seed=0)
     assert Counter(p.domain for p in few if p.bucket == "1-2") == {"big": 3, "mid": 2}
+
+
+def _stage1_folder(params: Params, trajectories: list, steps: list[int]) -> None:  # noqa: ANN001
+    """Save ``trajectories`` as RL stage 1 keeps them (the keeper's file moved into the model folder, listed in
+    its manifest), without training a model."""
+    from pipelines.atomic import atomic_directory
+    from pipelines.layout import model_dir, rl_model_name
+    from pipelines.manifest import new_manifest, sha256_files, write_manifest
+    from pipelines.train.rl.keep import CorrectRollouts
+
+    folder = model_dir(params.artifacts_dir, rl_model_name(1))
+    keeper = CorrectRollouts.beside(folder)
+    for trajectory, step in zip(trajectories, steps, strict=True):
+        keeper.keep([trajectory], [1.0], step)
+    with atomic_directory(folder) as tmp:
+        kept = keeper.move_into(tmp)
+        write_manifest(tmp, new_manifest("rl_stage1_model", files=sha256_files([kept], tmp)))
+
+
+def test_agent_source_mixes_stage1_rollouts_of_train_questions_once_per_walk(solar_qa: Params, toolbox) -> None:  # noqa: ANN001
+    from pipelines.errors import ArtifactMissingError
+    from pipelines.layout import model_dir, rl_model_name
+    from pipelines.manifest import new_manifest, write_manifest
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"sources": ["template", "agent"]})})
+    stage1 = model_dir(params.artifacts_dir, rl_model_name(1))
+    with pytest.raises(ArtifactMissingError, match=r"run RL stage 1 first \(`omne rl --stage 1`\)"):
+        build_sft_conversations(params, progress=False)
+    stage1.mkdir(parents=True)
+    write_manifest(stage1, new_manifest("rl_stage1_model"))  # a stage 1 saved before it kept its rollouts
+    with pytest.raises(ArtifactMissingError, match="trained before it kept its correct rollouts"):
+        build_sft_conversations(params, progress=False)
+
+    train, test = load_split(params, "train"), load_split(params, "test")
+    tools = InProcessToolClient(toolbox)
+
+    def rollout(pair, reply=None, sample: int = 0):  # noqa: ANN001, ANN202
+        client = ScriptedChatClient(reply or gold_policy(params))
+        task = Task(qa_id=pair.id, domain=pair.domain, question=pair.question, gold_answers=pair.answers,
+                    bucket=pair.bucket, sample=sample)
+        return RolloutEngine(client, omne_protocol(), tools, RolloutParams()).run([task], progress=False)[0]
+
+    gold = gold_policy(params)
+
+    def other_thinking(request) -> str:  # noqa: ANN001 - the same calls and answer, other words in the thinking
+        return gold(request).replace("<think>", "<think>Again: ", 1)
+
+    first, second = train[0], train[1]
+    rollouts = [rollout(first), rollout(first, sample=1), rollout(first, other_thinking), rollout(second),
+                rollout(test[0])]
+    assert all(r.answer in r.gold_answers for r in rollouts)
+    _stage1_folder(params, rollouts, steps=[1, 1, 2, 2, 3])
+    result = build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    agent = {r.id: r for r in records if r.source == "agent"}
+    assert set(agent) == {f"{first.id}-agent0", f"{second.id}-agent0"}  # one per distinct walk
+    assert all(format_problems(r) == [] for r in agent.values())
+    assert agent[f"{first.id}-agent0"].conversations[1]["value"].startswith("<think>Find ")  # the earliest step's
+    assert not any(r.id.startswith(test[0].id) for r in records)  # a test question never trains
+    templates = {r.id.rsplit("-t", 1)[0] for r in records if r.source == "template"}
+    assert {first.id, second.id} <= templates  # a question with both patterns keeps both
+    stats = result.manifest.metadata["agent"]
+    assert stats["rollouts"] == 5 and stats["kept"] == 2
+    assert stats["dropped"] == {"duplicate": 2, "not_train_split": 1}
+    by_source = result.manifest.metadata["stats"]["by_source"]
+    assert by_source == {"agent": 2, "template": len(records) - 2}
+    assert build_sft_conversations(params, progress=False).skipped
+    _stage1_folder(params, rollouts[:1], steps=[1])  # new stage-1 rollouts: the data is rebuilt from them
+    rebuilt = build_sft_conversations(params, progress=False)
+    assert not rebuilt.skipped and rebuilt.manifest.metadata["agent"]["kept"] == 1
