@@ -458,7 +458,8 @@ def sft() -> None:
 @click.pass_context
 def sft_data_command(ctx: click.Context, force: bool, teacher_endpoint: str | None) -> None:
     """Build artifacts/sft/conversations/ (ShareGPT) from the train split: gold paths walked with the real
-    tools (template), correct own rollouts (agent) and/or teacher rollouts kept when fully correct."""
+    tools (template), RL stage 1's correct rollouts (agent: run `omne rl --stage 1` first) and/or teacher rollouts
+    kept when fully correct."""
     from pipelines.train.sft_data import build_sft_conversations
 
     params = _params(ctx)
@@ -471,7 +472,15 @@ def sft_data_command(ctx: click.Context, force: bool, teacher_endpoint: str | No
     stats = result.manifest.metadata["stats"]
     click.echo(f"{'up to date' if result.skipped else 'built'}: {stats['conversations']} conversations "
                f"{stats['by_source']} {stats['by_bucket']}, {result.manifest.rows['skipped_pairs']} pairs skipped, "
-               f"{result.manifest.metadata['format_problems']} with format problems -> {result.folder}")
+               f"{result.manifest.metadata['format_problems']} with format problems"
+               f"{_agent_summary(result.manifest.metadata.get('agent'))} -> {result.folder}")
+
+
+def _agent_summary(agent: dict | None) -> str:
+    """The agent source's line part: stage-1 rollouts read, kept, dropped by reason (empty without that source)."""
+    if not agent:
+        return ""
+    return f", agent: {agent['kept']} of {agent['rollouts']} stage-1 rollouts kept (dropped {agent['dropped']})"
 
 
 @sft.command("train")
@@ -528,7 +537,8 @@ def sft_sweep_command(ctx: click.Context, weights: tuple[float, ...], force: boo
 def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | None, force: bool) -> None:
     """Reinforcement learning with multi-turn tool rollouts (TRL GRPOTrainer; rl.<stage>.algorithm ppo adds a
     value model and GAE): rewards by name from rl.<stage>.rewards; writes artifacts/models/<name>/ (merged
-    model, trainer_state.json with the log history, training_curves.png, manifest.json)."""
+    model, trainer_state.json with the log history, training_curves.png, correct_rollouts.jsonl: the exactly-correct
+    training rollouts, stage 1's being the SFT data's agent source, manifest.json)."""
     from pipelines.train.rl import train_rl
 
     result = train_rl(_params(ctx), int(stage), start=start, name=name, force=force)
@@ -537,8 +547,8 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 
     click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {result.manifest.rows.get('steps')} "
                f"steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))} (first half) -> "
-               f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')} "
-               f"-> {result.folder}")
+               f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')}, "
+               f"{result.manifest.rows.get('correct_rollouts', 0)} correct rollouts kept -> {result.folder}")
 
 
 @cli.group("eval", invoke_without_command=True, subcommand_metavar="[compare RUN_A RUN_B]")

@@ -232,11 +232,11 @@ def test_stage1_keeps_its_exactly_correct_rollouts_for_the_sft_data(solar_qa: Pa
     the exactly-correct training rollouts, and only they, land in the model folder with their step and reward (the
     validation rollouts, val-split questions, never do); `sft_data.sources: [template, agent]` then trains on them."""
     from pipelines.eval.metrics import exact_match
+    from pipelines.eval.runner import load_split
     from pipelines.layout import CORRECT_ROLLOUTS_FILE, correct_rollouts_file
     from pipelines.llm.local import TransformersChatClient
     from pipelines.llm.scripted import ScriptedChatClient
     from pipelines.manifest import sha256_file
-    from pipelines.eval.runner import load_split
     from pipelines.train.rl.keep import read_kept_rollouts
     from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
 
