@@ -336,3 +336,51 @@ def test_agent_source_mixes_stage1_rollouts_of_train_questions_once_per_walk(sol
     _stage1_folder(params, rollouts[:1], steps=[1])  # new stage-1 rollouts: the data is rebuilt from them
     rebuilt = build_sft_conversations(params, progress=False)
     assert not rebuilt.skipped and rebuilt.manifest.metadata["agent"]["kept"] == 1
+
+
+def test_llm_thinking_rewrites_template_thoughts_unless_they_name_the_answer_early(solar_qa: Params) -> None:
+    """sft_data.thinking: llm with a scripted LLM: in turn a good rewrite, one that names the answer in its first
+    thought, and a reply that is no JSON (also after the repair round); only the first replaces the template's."""
+    import re
+
+    from pipelines.llm.base import ChatRequest
+
+    base = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "remaining_question"})})
+    build_sft_conversations(base, progress=False)
+    plain = {r.id: r for r in read_sft_conversations(base)}
+    firsts: list[str] = []
+
+    def llm(request: ChatRequest) -> str:
+        prompt = request.messages[1]["content"]
+        if len(request.messages) > 2:  # the repair round of a bad reply: still bad
+            return "no JSON, sorry"
+        firsts.append(prompt)
+        count = int(re.search(r'\{"thoughts": \[(\d+) strings', prompt).group(1))
+        answer = re.search(r"may name the answer \((.*)\)\. Reply as", prompt).group(1)
+        kind = (len(firsts) - 1) % 3
+        if kind == 2:
+            return "no JSON, sorry"
+        thoughts = [f"Own words {i}." for i in range(count - 1)] + [f"It is {answer}."]
+        if kind == 1:
+            thoughts[0] = f"Surely {answer}."
+        return json.dumps({"thoughts": thoughts})
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "llm"})})
+    result = build_sft_conversations(params, thinker=ScriptedChatClient(llm, model="writer"), progress=False)
+    records = read_sft_conversations(params)
+    stats = result.manifest.metadata["llm_thinking"]
+    n = len(firsts)
+    assert n == len(records) == len(plain) >= 3 and result.manifest.params["thinker"] == "writer"
+    assert stats == {"model": "writer", "rewritten": (n + 2) // 3,
+                     "template_kept": {"bad_reply": n // 3, "states_answer_early": (n + 1) // 3}}
+    rewritten = [r for r in records if "Own words 0." in r.conversations[1]["value"]]
+    assert len(rewritten) == stats["rewritten"]
+    for record in records:
+        same = plain[record.id]
+        assert format_problems(record) == []
+        # the calls and tool responses are the template's; only the thinking differs, where it was rewritten
+        actions = [t["value"].split("</think>")[-1] for t in record.conversations]
+        assert actions == [t["value"].split("</think>")[-1] for t in same.conversations]
+        assert (record in rewritten) == (record.conversations != same.conversations)
+        thinks = [t["value"] for t in record.conversations if t["from"] == "gpt"]
+        assert not any(f"Surely {record.golden_answer}" in t for t in thinks)  # a leak never trains

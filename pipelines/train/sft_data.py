@@ -361,13 +361,15 @@ def balanced_sample(pairs: list[QAPair], per_bucket: int, seed: int) -> list[QAP
     return chosen
 
 
-def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = None, progress: bool = True) -> Any:
+def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = None, thinker: Any = None,
+                            progress: bool = True) -> Any:
     """artifacts/sft/conversations.jsonl (+ manifest): the configured sources over the train split.
 
     ``teacher`` is a ChatClient for source (c); without one the teacher source is left out (and said so
-    in the manifest). Source (b), ``agent``, reads RL stage 1's kept rollouts and fails with ArtifactMissingError
-    when stage 1 has not run (every entry point runs stage 1 before this step). Rebuilt only when the QA
-    dataset, its domains' KGs, the stage-1 rollouts (with ``agent``) or the sft_data params change.
+    in the manifest). ``thinker`` is the ChatClient of ``sft_data.thinking: llm`` (default: the one params.llm
+    describes, ``build_chat_client``). Source (b), ``agent``, reads RL stage 1's kept rollouts and fails with
+    ArtifactMissingError when stage 1 has not run (every entry point runs stage 1 before this step). Rebuilt only
+    when the QA dataset, its domains' KGs, the stage-1 rollouts (with ``agent``) or the sft_data params change.
     """
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
@@ -389,9 +391,12 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         inputs |= manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}")
     if "agent" in settings.sources:
         inputs |= stage1_rollouts_inputs(params)
+    thinker = llm_thinker(params, thinker)
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
+    if thinker is not None:  # (only then: the fingerprints of the other thinking modes stay as they were)
+        shaping["thinker"] = getattr(thinker, "model", None)
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
     train_ids = {p.id for p in pairs}  # (the agent source: every train question, not only the sampled ones)
@@ -401,7 +406,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     toolbox = KGToolbox(params, domains)
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
-    graphs = ({d: relation_graph(d, params) for d in domains} if settings.thinking == "remaining_question" else {})
+    graphs = ({d: relation_graph(d, params) for d in domains}
+              if settings.thinking in ("remaining_question", "llm") else {})  # (llm rewrites remaining_question's)
     words = alias_words(name for p in pairs for name in (p.path[0], p.answer))
     registered = load_registry(params.registry_path).names
     records: list[SFTConversation] = []
@@ -428,6 +434,11 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                     skipped += 1
                 else:
                     records.append(record)
+    thinking_stats: dict[str, Any] = {}
+    if thinker is not None:
+        from pipelines.train.llm_thinking import llm_thinking
+
+        records, thinking_stats = llm_thinking(records, thinker, params.llm, progress=progress)
     agent_stats: dict[str, Any] = {}
     if "agent" in settings.sources:
         agent_records, agent_source = stage1_conversations(params, train_ids, records)
@@ -459,10 +470,22 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                                  "renamed_graph": sum(r.domain is not None for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
                       "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,
-                      "teacher": teacher_stats},
+                      "teacher": teacher_stats, "llm_thinking": thinking_stats},
         )
         write_manifest(tmp, manifest)
     return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=False)
+
+
+def llm_thinker(params: Any, thinker: Any = None) -> Any:
+    """The ChatClient that writes the template thinking with ``sft_data.thinking: llm`` (``thinker`` when given,
+    else params.llm's, behind its disk cache); None for the other thinking modes and in no_think mode."""
+    if params.sft_data.thinking != "llm" or params.sft_data.mode == "no_think":
+        return None
+    if thinker is not None:
+        return thinker
+    from pipelines.llm.factory import build_chat_client
+
+    return build_chat_client(params)
 
 
 def read_sft_conversations(params: Any) -> list[SFTConversation]:
