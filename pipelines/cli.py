@@ -495,8 +495,9 @@ def sft() -> None:
 def sft_data_command(ctx: click.Context, domains: tuple[str, ...], exclude_domains: tuple[str, ...], force: bool,
                      teacher_endpoint: str | None) -> None:
     """Build artifacts/sft/conversations/ (ShareGPT) from the train split: gold paths walked with the real
-    tools (template), correct own rollouts (agent) and/or teacher rollouts kept when fully correct; only the
-    train pairs of the domains sft_data.domains / exclude_domains (or --domain / --exclude-domain) select."""
+    tools (template), RL stage 1's correct rollouts (agent: run `omne rl --stage 1` first) and/or teacher rollouts
+    kept when fully correct; only the train pairs of the domains sft_data.domains / exclude_domains (or --domain /
+    --exclude-domain) select."""
     from pipelines.train.sft_data import build_sft_conversations
 
     params = _with_domain_filter(_params(ctx), "sft_data", domains, exclude_domains)
@@ -509,7 +510,15 @@ def sft_data_command(ctx: click.Context, domains: tuple[str, ...], exclude_domai
     stats = result.manifest.metadata["stats"]
     click.echo(f"{'up to date' if result.skipped else 'built'}: {stats['conversations']} conversations "
                f"{stats['by_source']} {stats['by_bucket']}, {result.manifest.rows['skipped_pairs']} pairs skipped, "
-               f"{result.manifest.metadata['format_problems']} with format problems -> {result.folder}")
+               f"{result.manifest.metadata['format_problems']} with format problems"
+               f"{_agent_summary(result.manifest.metadata.get('agent'))} -> {result.folder}")
+
+
+def _agent_summary(agent: dict | None) -> str:
+    """The agent source's line part: stage-1 rollouts read, kept, dropped by reason (empty without that source)."""
+    if not agent:
+        return ""
+    return f", agent: {agent['kept']} of {agent['rollouts']} stage-1 rollouts kept (dropped {agent['dropped']})"
 
 
 @sft.command("train")
@@ -568,8 +577,9 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
                domains: tuple[str, ...], exclude_domains: tuple[str, ...]) -> None:
     """Reinforcement learning with multi-turn tool rollouts (TRL GRPOTrainer; rl.<stage>.algorithm ppo adds a
     value model and GAE): rewards by name from rl.<stage>.rewards; writes artifacts/models/<name>/ (merged
-    model, trainer_state.json with the log history, training_curves.png, manifest.json). The training and
-    validation questions are those of the domains rl.<stage>.domains / exclude_domains select."""
+    model, trainer_state.json with the log history, training_curves.png, correct_rollouts.jsonl: the exactly-correct
+    training rollouts, stage 1's being the SFT data's agent source, manifest.json). The training and validation
+    questions are those of the domains rl.<stage>.domains / exclude_domains select."""
     from pipelines.train.rl import train_rl
 
     params = _with_domain_filter(_params(ctx), f"rl.stage{stage}", domains, exclude_domains)
@@ -579,8 +589,8 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 
     click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {result.manifest.rows.get('steps')} "
                f"steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))} (first half) -> "
-               f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')} "
-               f"-> {result.folder}")
+               f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')}, "
+               f"{result.manifest.rows.get('correct_rollouts', 0)} correct rollouts kept -> {result.folder}")
 
 
 @cli.group("eval", invoke_without_command=True, subcommand_metavar="[compare RUN_A RUN_B]")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 SFT_MODEL = "sft"  # the stage-2 model's folder name under models/
 CONVERSATIONS_FILE = "conversations.jsonl"
+CORRECT_ROLLOUTS_FILE = "correct_rollouts.jsonl"  # an RL stage's exactly-correct training rollouts, in its model folder
 RUN_TIMINGS_FILE = "run_timings.json"
 
 
@@ -44,6 +45,11 @@ def onnx_model_dir(artifacts: Path, identity: str, precision: str) -> Path:
 
 def rl_model_name(stage: int) -> str:
     return f"rl-stage{stage}"
+
+
+def correct_rollouts_file(artifacts: Path, stage: int = 1) -> Path:
+    """An RL stage's exactly-correct training rollouts (stage 1's are the ``agent`` source of the SFT data)."""
+    return model_dir(artifacts, rl_model_name(stage)) / CORRECT_ROLLOUTS_FILE
 
 
 def reports_dir(artifacts: Path) -> Path:

@@ -1,6 +1,7 @@
 """The main job of `make run` (`omne run`): every domain's KG, entity index, seed subgraphs, QA pairs and
-gold paths, the merged QA dataset and its checks, the base model evaluated with tools, then stage 2 (SFT
-conversations, the SFT model, its evaluation) and short RL stages 1 and 3 (stage 3 evaluated).
+gold paths, the merged QA dataset and its checks, the base model evaluated with tools, then a short RL stage 1
+(whose correct rollouts the SFT data may mix in), stage 2 (SFT conversations, the SFT model, its evaluation) and
+a short RL stage 3 (evaluated).
 
 Every step is the same library build that the Dagster asset and the DVC stage of that name call, and is
 skipped when its manifest says it is up to date, so a rerun (or a resumed run) only does what is missing.
@@ -229,13 +230,14 @@ def _evaluation(params: Params, model: str, name: str, stage: str, force: bool, 
 
 
 def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built: list[BuiltArtifact]) -> list[Any]:
-    """Stage 2 (SFT conversations, the SFT model, its evaluation), then RL stages 1 and 3 (a few steps each
-    on the quick profile) and stage 3's evaluation, on the same test sample as the base model's; each in a
-    process of its own (``StageTimes.run``)."""
-    from pipelines.train.rl import train_rl
+    """RL stage 1 (from the base model), stage 2 (SFT conversations, the SFT model, its evaluation), then RL stage 3
+    from the SFT model and its evaluation, on the same test sample as the base model's; each in a process of its
+    own (``StageTimes.run``). Stage 1 comes first because the SFT conversations may mix in its correct rollouts
+    (``sft_data.sources: [template, agent]``), as Dagster's and DVC's graphs say; it needs nothing of stage 2."""
     from pipelines.train.sft_data import build_sft_conversations
     from pipelines.train.stage2 import build_sft_model
 
+    rl_stage(params, 1, force=force, times=times, built=built)
     data = times.run("SFT conversations", build_sft_conversations, params, force=force)
     built.append(BuiltArtifact(stage="sft_conversations", folder=data.folder))
     print(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
@@ -246,17 +248,24 @@ def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built:
           f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {model.folder}", flush=True)
     runs = [_evaluation(params, str(model.folder), "sft-tools", "sft_eval_report", force, times,
                         "evaluate SFT model", built)]
-    for stage in (1, 3):
-        result = times.run(f"RL stage {stage}", train_rl, params, stage, force=force)
-        built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
-        meta = result.manifest.metadata
-        print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
-              f"{result.manifest.rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))}"
-              f" -> {fmt_score(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')} -> "
-              f"{result.folder}", flush=True)
+    result = rl_stage(params, 3, force=force, times=times, built=built)
     runs.append(_evaluation(params, str(result.folder), "rl-stage3-tools", "stage3_eval_report", force, times,
                             "evaluate RL stage 3", built))
     return runs
+
+
+def rl_stage(params: Params, stage: int, *, force: bool, times: StageTimes, built: list[BuiltArtifact]) -> Any:
+    """One RL stage as a step of `omne run` (a process of its own), with its line of output."""
+    from pipelines.train.rl import train_rl
+
+    result = times.run(f"RL stage {stage}", train_rl, params, stage, force=force)
+    built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
+    meta = result.manifest.metadata
+    print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
+          f"{result.manifest.rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))}"
+          f" -> {fmt_score(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')}, "
+          f"{result.manifest.rows.get('correct_rollouts', 0)} correct rollouts kept -> {result.folder}", flush=True)
+    return result
 
 
 def fmt_score(value: float | None) -> str:

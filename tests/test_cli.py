@@ -68,15 +68,15 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     assert "omne run: wall time and peak memory per stage" in first
     timings = json.loads((project / "artifacts" / "reports" / "run_timings.json").read_text())
     assert list(timings["stages_s"]) == ["knowledge graphs", "entity indexes", "seed subgraphs", "QA pairs",
-                                         "gold paths", "QA dataset + checks", "evaluate base model",
-                                         "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 1",
+                                         "gold paths", "QA dataset + checks", "evaluate base model", "RL stage 1",
+                                         "SFT conversations", "SFT model", "evaluate SFT model",
                                          "RL stage 3", "evaluate RL stage 3", "record (Dagster, DVC)"]
     assert timings["stages_s"]["SFT model"] > 0 and timings["total_s"] >= sum(timings["stages_s"].values())
     # peak RSS per stage (the kernel's high-water mark, reset before each stage): training peaks above the KG build
     assert set(timings["peak_rss_mb"]) == set(timings["stages_s"])
     assert 100 < timings["peak_rss_mb"]["knowledge graphs"] < timings["peak_rss_mb"]["SFT model"] < 6 * 1024
     # the evaluations and training stages each ran in a process of their own, whose peak is the stage's
-    own = ["evaluate base model", "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 1", "RL stage 3",
+    own = ["evaluate base model", "RL stage 1", "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 3",
            "evaluate RL stage 3"]
     assert {stage for stage, where in timings["process"].items() if where == "child"} == set(own)
     assert len({timings["pid"][stage] for stage in own} | {timings["main_pid"]}) == len(own) + 1

@@ -208,6 +208,9 @@ def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: 
     graph = defs.resolve_asset_graph()
     gpu_steps = {k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).pools == {GPU_POOL}}
     assert {"sft_model", "eval_report"} <= gpu_steps and "knowledge_graph" not in gpu_steps
+    # RL stage 1 (from the base model) comes before the SFT data, which may mix in its correct rollouts
+    assert dg.AssetKey("stage1_rl_model") in graph.get(dg.AssetKey("sft_conversations")).parent_keys
+    assert dg.AssetKey("sft_model") not in graph.get_ancestor_asset_keys(dg.AssetKey("stage1_rl_model"))
     with dg.DagsterInstance.get() as instance:  # loading the code location added the partitions and pool
         assert instance.get_dynamic_partitions(DOMAIN_PARTITIONS) == ["solar"]
         assert instance.event_log_storage.get_concurrency_info(GPU_POOL).slot_count == 1

@@ -18,8 +18,8 @@ from tests.conftest import PROJECT_ROOT, cli_env, make_project
 from tests.model_support import build_tiny_llama, use_tiny_models
 
 MAIN_STAGES = ["knowledge_graph@solar", "entity_index@solar", "seed_subgraphs@solar", "qa_pairs@solar",
-               "gold_paths@solar", "qa_dataset", "eval_report", "sft_conversations", "sft_model", "sft_eval_report",
-               "stage1_rl_model", "stage3_rl_model", "stage3_eval_report"]
+               "gold_paths@solar", "qa_dataset", "eval_report", "stage1_rl_model", "sft_conversations", "sft_model",
+               "sft_eval_report", "stage3_rl_model", "stage3_eval_report"]
 
 
 def ran_stages(output: str) -> list[str]:

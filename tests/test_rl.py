@@ -315,3 +315,63 @@ def test_rl_questions_are_those_of_the_stages_domains(twin_qa: Params) -> None:
     assert {p.domain for p in validation_questions(params, 3)} == {"mirror"}
     with pytest.raises(RegistryError, match=r"rl\.stage1\.domains/exclude_domains: unknown domain\(s\) 'pluto'"):
         rl_questions(with_overrides(twin_qa, {"rl": {"stage1": {"domains": ["pluto"]}}}), 1)
+
+
+def half_right_policy(params: Params):  # noqa: ANN201
+    """A scripted policy for one rollout call: of the episodes it starts, every other one walks the question's gold
+    path (``gold_policy``) and the rest answer a wrong entity at once."""
+    from itertools import count
+
+    from tests.test_eval import gold_policy
+
+    gold, started = gold_policy(params), count()
+
+    def reply(request) -> str:  # noqa: ANN001
+        if not any(m["role"] == "assistant" for m in request.messages) and next(started) % 2:
+            return "<think>?</think><answer>Pluto</answer>"
+        return gold(request)
+
+    return reply
+
+
+def test_stage1_keeps_its_exactly_correct_rollouts_for_the_sft_data(solar_qa: Params, tiny: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real GRPO stage 1 whose rollouts come from a scripted policy (a tiny random model never answers right):
+    the exactly-correct training rollouts, and only they, land in the model folder with their step and reward (the
+    validation rollouts, val-split questions, never do); `sft_data.sources: [template, agent]` then trains on them."""
+    from pipelines.eval.metrics import exact_match
+    from pipelines.eval.runner import load_split
+    from pipelines.layout import CORRECT_ROLLOUTS_FILE, correct_rollouts_file
+    from pipelines.llm.local import TransformersChatClient
+    from pipelines.llm.scripted import ScriptedChatClient
+    from pipelines.manifest import sha256_file
+    from pipelines.train.rl.keep import read_kept_rollouts
+    from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
+
+    monkeypatch.setattr(TransformersChatClient, "from_model",
+                        lambda *args, **kwargs: ScriptedChatClient(half_right_policy(solar_qa), model="scripted"))
+    params = _tiny_params(solar_qa, tiny, max_new_tokens=64, max_rounds=6)
+    result = train_rl(params, 1, progress=False)
+    path = correct_rollouts_file(params.artifacts_dir)
+    kept = read_kept_rollouts(path)
+    assert path.parent == result.folder and [k.step for k in kept] == [1, 2]  # one of each step's two rollouts
+    assert all(exact_match(k.trajectory.answer, k.trajectory.gold_answers) and k.qa_id == k.trajectory.qa_id
+               for k in kept)
+    assert all(k.reward == pytest.approx(1.0) for k in kept)  # omne_stage1: format x (0.1 + 0.9 EM); wrong: 0.1
+    train = {p.id for p in load_split(params, "train")}
+    assert {k.qa_id for k in kept} <= train
+    history = json.loads((result.folder / "trainer_state.json").read_text())["log_history"]
+    assert [h["val_em"] for h in history if "val_em" in h] == [1.0, 1.0, 1.0]  # right on val too, and not kept
+    assert result.manifest.files == {CORRECT_ROLLOUTS_FILE: sha256_file(path)}
+    assert result.manifest.rows["correct_rollouts"] == 2
+    assert not list(result.folder.parent.glob(f".{result.folder.name}.*"))  # the working file moved in
+
+    mixed = params.model_copy(update={"sft_data": params.sft_data.model_copy(update={"sources": ["template", "agent"]})})
+    data = build_sft_conversations(mixed, progress=False)
+    agent = [r for r in read_sft_conversations(mixed) if r.source == "agent"]
+    stats = data.manifest.metadata["agent"]
+    assert agent and stats["kept"] == len(agent) == data.manifest.metadata["stats"]["by_source"]["agent"]
+    assert stats["rollouts"] == 2 and stats["kept"] + sum(stats["dropped"].values()) == 2
+    assert set(stats["dropped"]) <= {"duplicate"}  # the same question in both steps: the same walk, kept once
+    assert all(format_problems(r) == [] and r.id.split("-agent")[0] in train for r in agent)
+    assert any(key.endswith(CORRECT_ROLLOUTS_FILE) for key in data.manifest.inputs)

@@ -294,3 +294,122 @@ def test_conversations_come_only_from_the_train_pairs_of_the_selected_domains(tw
     assert {domain_of[r.id.rsplit("-t", 1)[0]] for r in read_sft_conversations(twin_qa)} == {"mirror"}
     unknown = CliRunner().invoke(cli, [*command, "--exclude-domain", "venus"])
     assert unknown.exit_code == 2 and "unknown domain(s) 'venus'; registered domains: solar, mirror" in unknown.output
+
+
+def _stage1_folder(params: Params, trajectories: list, steps: list[int]) -> None:  # noqa: ANN001
+    """Save ``trajectories`` as RL stage 1 keeps them (the keeper's file moved into the model folder, listed in
+    its manifest), without training a model."""
+    from pipelines.atomic import atomic_directory
+    from pipelines.layout import model_dir, rl_model_name
+    from pipelines.manifest import new_manifest, sha256_files, write_manifest
+    from pipelines.train.rl.keep import CorrectRollouts
+
+    folder = model_dir(params.artifacts_dir, rl_model_name(1))
+    keeper = CorrectRollouts.beside(folder)
+    for trajectory, step in zip(trajectories, steps, strict=True):
+        keeper.keep([trajectory], [1.0], step)
+    with atomic_directory(folder) as tmp:
+        kept = keeper.move_into(tmp)
+        write_manifest(tmp, new_manifest("rl_stage1_model", files=sha256_files([kept], tmp)))
+
+
+def test_agent_source_mixes_stage1_rollouts_of_train_questions_once_per_walk(solar_qa: Params, toolbox) -> None:  # noqa: ANN001
+    from pipelines.errors import ArtifactMissingError
+    from pipelines.layout import model_dir, rl_model_name
+    from pipelines.manifest import new_manifest, write_manifest
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"sources": ["template", "agent"]})})
+    stage1 = model_dir(params.artifacts_dir, rl_model_name(1))
+    with pytest.raises(ArtifactMissingError, match=r"run RL stage 1 first \(`omne rl --stage 1`\)"):
+        build_sft_conversations(params, progress=False)
+    stage1.mkdir(parents=True)
+    write_manifest(stage1, new_manifest("rl_stage1_model"))  # a stage 1 saved before it kept its rollouts
+    with pytest.raises(ArtifactMissingError, match="trained before it kept its correct rollouts"):
+        build_sft_conversations(params, progress=False)
+
+    train, test = load_split(params, "train"), load_split(params, "test")
+    tools = InProcessToolClient(toolbox)
+
+    def rollout(pair, reply=None, sample: int = 0):  # noqa: ANN001, ANN202
+        client = ScriptedChatClient(reply or gold_policy(params))
+        task = Task(qa_id=pair.id, domain=pair.domain, question=pair.question, gold_answers=pair.answers,
+                    bucket=pair.bucket, sample=sample)
+        return RolloutEngine(client, omne_protocol(), tools, RolloutParams()).run([task], progress=False)[0]
+
+    gold = gold_policy(params)
+
+    def other_thinking(request) -> str:  # noqa: ANN001 - the same calls and answer, other words in the thinking
+        return gold(request).replace("<think>", "<think>Again: ", 1)
+
+    first, second = train[0], train[1]
+    rollouts = [rollout(first), rollout(first, sample=1), rollout(first, other_thinking), rollout(second),
+                rollout(test[0])]
+    assert all(r.answer in r.gold_answers for r in rollouts)
+    _stage1_folder(params, rollouts, steps=[1, 1, 2, 2, 3])
+    result = build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    agent = {r.id: r for r in records if r.source == "agent"}
+    assert set(agent) == {f"{first.id}-agent0", f"{second.id}-agent0"}  # one per distinct walk
+    assert all(format_problems(r) == [] for r in agent.values())
+    assert agent[f"{first.id}-agent0"].conversations[1]["value"].startswith("<think>Find ")  # the earliest step's
+    assert not any(r.id.startswith(test[0].id) for r in records)  # a test question never trains
+    templates = {r.id.rsplit("-t", 1)[0] for r in records if r.source == "template"}
+    assert {first.id, second.id} <= templates  # a question with both patterns keeps both
+    stats = result.manifest.metadata["agent"]
+    assert stats["rollouts"] == 5 and stats["kept"] == 2
+    assert stats["dropped"] == {"duplicate": 2, "not_train_split": 1}
+    by_source = result.manifest.metadata["stats"]["by_source"]
+    assert by_source == {"agent": 2, "template": len(records) - 2}
+    assert build_sft_conversations(params, progress=False).skipped
+    _stage1_folder(params, rollouts[:1], steps=[1])  # new stage-1 rollouts: the data is rebuilt from them
+    rebuilt = build_sft_conversations(params, progress=False)
+    assert not rebuilt.skipped and rebuilt.manifest.metadata["agent"]["kept"] == 1
+
+
+def test_llm_thinking_rewrites_template_thoughts_unless_they_name_the_answer_early(solar_qa: Params) -> None:
+    """sft_data.thinking: llm with a scripted LLM: in turn a good rewrite, one that names the answer in its first
+    thought, and a reply that is no JSON (also after the repair round); only the first replaces the template's."""
+    import re
+
+    from pipelines.llm.base import ChatRequest
+
+    base = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "remaining_question"})})
+    build_sft_conversations(base, progress=False)
+    plain = {r.id: r for r in read_sft_conversations(base)}
+    firsts: list[str] = []
+
+    def llm(request: ChatRequest) -> str:
+        prompt = request.messages[1]["content"]
+        if len(request.messages) > 2:  # the repair round of a bad reply: still bad
+            return "no JSON, sorry"
+        firsts.append(prompt)
+        count = int(re.search(r'\{"thoughts": \[(\d+) strings', prompt).group(1))
+        answer = re.search(r"may name the answer \((.*)\)\. Reply as", prompt).group(1)
+        kind = (len(firsts) - 1) % 3
+        if kind == 2:
+            return "no JSON, sorry"
+        thoughts = [f"Own words {i}." for i in range(count - 1)] + [f"It is {answer}."]
+        if kind == 1:
+            thoughts[0] = f"Surely {answer}."
+        return json.dumps({"thoughts": thoughts})
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "llm"})})
+    result = build_sft_conversations(params, thinker=ScriptedChatClient(llm, model="writer"), progress=False)
+    records = read_sft_conversations(params)
+    stats = result.manifest.metadata["llm_thinking"]
+    n = len(firsts)
+    assert n == len(records) == len(plain) >= 3 and result.manifest.params["thinker"] == "writer"
+    assert stats == {"model": "writer", "rewritten": (n + 2) // 3,
+                     "template_kept": {"bad_reply": n // 3, "states_answer_early": (n + 1) // 3}}
+    rewritten = [r for r in records if "Own words 0." in r.conversations[1]["value"]]
+    assert len(rewritten) == stats["rewritten"]
+    for record in records:
+        same = plain[record.id]
+        assert format_problems(record) == []
+        # the calls and tool responses are the template's; only the thinking differs, where it was rewritten
+        actions = [t["value"].split("</think>")[-1] for t in record.conversations]
+        assert actions == [t["value"].split("</think>")[-1] for t in same.conversations]
+        assert (record in rewritten) == (record.conversations != same.conversations)
+        thinks = [t["value"] for t in record.conversations if t["from"] == "gpt"]
+        assert not any(f"Surely {record.golden_answer}" in t for t in thinks)  # a leak never trains

@@ -13,13 +13,33 @@ from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
 from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
 
 
-@dg.asset(group_name="training", kinds={"jsonl"}, deps=[qa_dataset, knowledge_graph],
+def _model_metadata(result) -> dict:
+    meta = result.manifest.metadata
+    return {**manifest_metadata(folder=result.folder, manifest=result.manifest, reused=result.skipped),
+            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "reward_first_half_mean",
+                                          "reward_second_half_mean") if meta.get(key) is not None}}
+
+
+@dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS)
+def stage1_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
+    """RL stage 1 from the base model on QA pairs (rl.stage1: rewards, GRPO or PPO, rollouts with the tools)."""
+    from pipelines.train.rl import train_rl
+
+    result = train_rl(omne.params(), 1, progress=False)
+    return dg.MaterializeResult(data_version=data_version(result.manifest), metadata={
+        **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
+
+
+# stage 1's correct rollouts are the `agent` source of the SFT data: always a dep (the graph is static; without the
+# agent source the build finds the conversations current and skips, so a retrained stage 1 costs nothing there)
+@dg.asset(group_name="training", kinds={"jsonl"}, deps=[qa_dataset, knowledge_graph, stage1_rl_model],
           check_specs=[dg.AssetCheckSpec("conversation_format", asset="sft_conversations", blocking=True,
                                          description="human/observation turns at even positions, gpt at odd; each "
                                                      "gpt turn one <think> and one tool call or answer; ends with the "
                                                      "answer")])
 def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
-    """ShareGPT conversations from the train split: gold paths walked with the real tools."""
+    """ShareGPT conversations from the train split: gold paths walked with the real tools (and RL stage 1's
+    correct rollouts when sft_data.sources has `agent`)."""
     params = omne.params()
     result = build_sft_conversations(params, progress=False)
     records = read_sft_conversations(params)
@@ -33,13 +53,6 @@ def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> 
                                            metadata={"conversations": len(records), "malformed": len(bad),
                                                      "examples": dg.MetadataValue.json(dict(list(bad.items())[:5]))})],
     )
-
-
-def _model_metadata(result) -> dict:
-    meta = result.manifest.metadata
-    return {**manifest_metadata(folder=result.folder, manifest=result.manifest, reused=result.skipped),
-            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "reward_first_half_mean",
-                                          "reward_second_half_mean") if meta.get(key) is not None}}
 
 
 @dg.asset(group_name="training", kinds={"pytorch", "peft"}, deps=[sft_conversations], pool=GPU_POOL, op_tags=GPU_TAGS)
@@ -68,16 +81,6 @@ def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) ->
         **manifest_metadata(folder=result.folder, manifest=manifest),
         "sweep": dg.MetadataValue.md("\n".join(table)),
         "plot": dg.MetadataValue.path(str(result.folder / "sweep.png"))})
-
-
-@dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS)
-def stage1_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
-    """RL stage 1 from the base model on QA pairs (rl.stage1: rewards, GRPO or PPO, rollouts with the tools)."""
-    from pipelines.train.rl import train_rl
-
-    result = train_rl(omne.params(), 1, progress=False)
-    return dg.MaterializeResult(data_version=data_version(result.manifest), metadata={
-        **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
 
 
 @dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[sft_model, qa_dataset], pool=GPU_POOL,

@@ -10,8 +10,10 @@ value holds one ``<think>…</think>`` plus either one ``<tool_call>…</tool_ca
 (a) template trajectories: each training pair's validated gold path walked with the real tools —
     entity_matcher on the start entity, node_info along the path, then the answer — with the think
     text written from the path (deterministic, offline);
-(b) correct trajectories of the agent itself (e.g. stage-1 RL rollouts) — any ``Trajectory`` with a
-    correct answer and only valid calls converts;
+(b) correct trajectories of the agent itself: the exactly-correct rollouts RL stage 1 kept while training
+    (``pipelines.train.rl.keep``, ``sft_data.sources: [template, agent]``; Omne-R1 mixes them with the template
+    ones so that SFT does not teach a single reasoning pattern), train-split questions only, one per distinct
+    walk (question, calls, answer) — any ``Trajectory`` with a correct answer and only valid calls converts;
 (c) teacher-distilled trajectories: a strong model through the OpenAI-compatible client, kept only
     if every call is valid and the answer is right (KG-Hopper / EoG cold start).
 """
@@ -30,7 +32,7 @@ from pipelines.agent.protocols import OmneProtocol
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
-from pipelines.layout import CONVERSATIONS_FILE, sft_conversations_dir
+from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conversations_dir
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.names import mentions
 from pipelines.qa.paths import RelationGraph
@@ -221,6 +223,83 @@ def trajectory_conversation(traj: Trajectory, *, source: str) -> SFTConversation
                            conversations=turns, source=source, bucket=traj.bucket)
 
 
+class AgentSourceStats(BaseModel):
+    """What became of stage 1's kept rollouts in the SFT data (the manifest's ``metadata.agent``)."""
+
+    file: str
+    rollouts: int
+    kept: int
+    dropped: dict[str, int]  # reason -> rollouts left out
+
+
+def stage1_rollouts_inputs(params: Any) -> dict[str, str]:
+    """The stage-1 correct-rollouts file as an input of the SFT data (path -> sha256 from the stage-1 manifest);
+    a clear error when RL stage 1 has not run (the agent source reads its rollouts)."""
+    from pipelines.errors import ArtifactMissingError
+    from pipelines.manifest import manifest_inputs
+
+    path = correct_rollouts_file(params.artifacts_dir)
+    inputs = manifest_inputs(path.parent, params.root, "sft_data.sources has 'agent', which reads RL stage 1's "
+                             "correct rollouts: run RL stage 1 first (`omne rl --stage 1`)", only={path.name})
+    if not inputs:
+        raise ArtifactMissingError(f"{path}: RL stage 1 ({path.parent}) was trained before it kept its correct "
+                                   "rollouts, which sft_data.sources 'agent' reads: run `omne rl --stage 1` again")
+    return inputs
+
+
+def walk_key(traj: Trajectory) -> tuple[str, tuple[tuple[str, str], ...], str]:
+    """What makes two rollouts the same for the SFT data: the question, the calls (name and arguments) and the
+    answer; the thinking may differ."""
+    calls = tuple((c.name or c.text, json.dumps(c.arguments, sort_keys=True)) for c in traj.tool_calls)
+    return traj.qa_id, calls, (traj.answer or "").strip()
+
+
+def agent_conversations(rollouts: list[Any], train_ids: set[str], mode: str,
+                        template: list[SFTConversation]) -> tuple[list[SFTConversation], dict[str, int]]:
+    """Stage 1's kept rollouts (``KeptRollout``) as ``agent`` conversations, earliest step first: train-split
+    questions only, omne protocol in the data's mode, valid calls and the ShareGPT format, one per distinct walk
+    (``walk_key``) and none identical to a template conversation (a question may have both: two patterns). Returns
+    the conversations and the dropped rollouts by reason."""
+    dropped: dict[str, int] = {}
+    seen: set[Any] = set()
+    template_turns = {json.dumps(r.conversations) for r in template}
+    per_question: dict[str, int] = {}
+    records: list[SFTConversation] = []
+    for row in sorted(rollouts, key=lambda r: (r.step, r.qa_id, r.trajectory.sample)):
+        traj: Trajectory = row.trajectory
+        record = None
+        if traj.qa_id not in train_ids:
+            reason = "not_train_split"  # a val/test question (or one no longer in the dataset) never trains
+        elif traj.protocol != "omne" or traj.mode != mode:
+            reason = "other_protocol_or_mode"
+        elif (record := trajectory_conversation(traj, source="agent")) is None:
+            reason = "not_correct_or_failed_call"
+        elif format_problems(record):
+            reason = "format"
+        elif walk_key(traj) in seen or json.dumps(record.conversations) in template_turns:
+            reason = "duplicate"
+        else:
+            seen.add(walk_key(traj))
+            number = per_question[traj.qa_id] = per_question.get(traj.qa_id, -1) + 1
+            records.append(record.model_copy(update={"id": f"{traj.qa_id}-agent{number}"}))
+            continue
+        dropped[reason] = dropped.get(reason, 0) + 1
+    return records, dict(sorted(dropped.items()))
+
+
+def stage1_conversations(params: Any, train_ids: set[str], template: list[SFTConversation]
+                         ) -> tuple[list[SFTConversation], AgentSourceStats]:
+    """The ``agent`` source: RL stage 1's correct rollouts (``pipelines.layout.correct_rollouts_file``)."""
+    from pipelines.manifest import relative_path
+    from pipelines.train.rl.keep import read_kept_rollouts
+
+    path = correct_rollouts_file(params.artifacts_dir)
+    rollouts = read_kept_rollouts(path)
+    records, dropped = agent_conversations(rollouts, train_ids, params.sft_data.mode, template)
+    return records, AgentSourceStats(file=relative_path(path, params.root), rollouts=len(rollouts),
+                                     kept=len(records), dropped=dropped)
+
+
 def format_problems(record: SFTConversation) -> list[str]:
     """What breaks the ShareGPT contract (the conversation-format asset check)."""
     problems: list[str] = []
@@ -282,11 +361,15 @@ def balanced_sample(pairs: list[QAPair], per_bucket: int, seed: int) -> list[QAP
     return chosen
 
 
-def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = None, progress: bool = True) -> Any:
+def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = None, thinker: Any = None,
+                            progress: bool = True) -> Any:
     """artifacts/sft/conversations.jsonl (+ manifest): the configured sources over the train split.
 
     ``teacher`` is a ChatClient for source (c); without one the teacher source is left out (and said so
-    in the manifest). Rebuilt only when the QA dataset, its domains' KGs or the sft_data params change.
+    in the manifest). ``thinker`` is the ChatClient of ``sft_data.thinking: llm`` (default: the one params.llm
+    describes, ``build_chat_client``). Source (b), ``agent``, reads RL stage 1's kept rollouts and fails with
+    ArtifactMissingError when stage 1 has not run (every entry point runs stage 1 before this step). Rebuilt only
+    when the QA dataset, its domains' KGs, the stage-1 rollouts (with ``agent``) or the sft_data params change.
     """
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
@@ -306,18 +389,25 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     domains = sorted({p.domain for p in pairs})
     for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)
         inputs |= manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}")
+    if "agent" in settings.sources:
+        inputs |= stage1_rollouts_inputs(params)
+    thinker = llm_thinker(params, thinker)
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
+    if thinker is not None:  # (only then: the fingerprints of the other thinking modes stay as they were)
+        shaping["thinker"] = getattr(thinker, "model", None)
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
+    train_ids = {p.id for p in pairs}  # (the agent source: every train question, not only the sampled ones)
     if settings.max_per_bucket is not None:
         pairs = balanced_sample(pairs, settings.max_per_bucket, settings.seed)
     golds = load_gold_paths(params)
     toolbox = KGToolbox(params, domains)
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
-    graphs = ({d: relation_graph(d, params) for d in domains} if settings.thinking == "remaining_question" else {})
+    graphs = ({d: relation_graph(d, params) for d in domains}
+              if settings.thinking in ("remaining_question", "llm") else {})  # (llm rewrites remaining_question's)
     words = alias_words(name for p in pairs for name in (p.path[0], p.answer))
     registered = load_registry(params.registry_path).names
     records: list[SFTConversation] = []
@@ -344,6 +434,16 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                     skipped += 1
                 else:
                     records.append(record)
+    thinking_stats: dict[str, Any] = {}
+    if thinker is not None:
+        from pipelines.train.llm_thinking import llm_thinking
+
+        records, thinking_stats = llm_thinking(records, thinker, params.llm, progress=progress)
+    agent_stats: dict[str, Any] = {}
+    if "agent" in settings.sources:
+        agent_records, agent_source = stage1_conversations(params, train_ids, records)
+        records += agent_records
+        agent_stats = agent_source.model_dump()
     teacher_stats: dict[str, Any] = {}
     if "teacher" in settings.sources:
         if teacher is None:
@@ -370,10 +470,23 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                                  "misspelled_start": sum(r.id.endswith("-m") for r in records),
                                  "renamed_graph": sum(r.domain is not None for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
-                      "format_examples": dict(list(bad.items())[:5]), "teacher": teacher_stats},
+                      "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,
+                      "teacher": teacher_stats, "llm_thinking": thinking_stats},
         )
         write_manifest(tmp, manifest)
     return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=False)
+
+
+def llm_thinker(params: Any, thinker: Any = None) -> Any:
+    """The ChatClient that writes the template thinking with ``sft_data.thinking: llm`` (``thinker`` when given,
+    else params.llm's, behind its disk cache); None for the other thinking modes and in no_think mode."""
+    if params.sft_data.thinking != "llm" or params.sft_data.mode == "no_think":
+        return None
+    if thinker is not None:
+        return thinker
+    from pipelines.llm.factory import build_chat_client
+
+    return build_chat_client(params)
 
 
 def read_sft_conversations(params: Any) -> list[SFTConversation]:

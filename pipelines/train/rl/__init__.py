@@ -12,6 +12,7 @@ One concern per module:
 * ``trainers``: the TRL subclasses, the only place that overrides TRL's private methods (imports TRL);
 * ``validation``: the validation-EM callback (imports transformers);
 * ``data``: the stage's questions and TRL's prompt dataset; ``history``: the manifest summary and curves;
+* ``keep``: the exactly-correct training rollouts, saved in the model folder (the ``agent`` source of the SFT data);
 * ``build``: ``train_rl``, one stage from its start model to a saved model folder with its manifest.
 
 Importing the package stays cheap: torch, TRL and transformers load inside ``train_rl``.

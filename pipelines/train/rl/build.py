@@ -16,10 +16,11 @@ from typing import Any
 
 from pipelines.agent.rollout import Task
 from pipelines.config import Params
-from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
+from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, rl_model_name
 from pipelines.manifest import BuildResult
 from pipelines.train.rl.data import rl_dataset, rl_questions, stage_params, validation_questions
 from pipelines.train.rl.history import plot_rl_curves, rl_summary
+from pipelines.train.rl.keep import CorrectRollouts
 from pipelines.train.rl.micro_batches import micro_batch_size
 from pipelines.train.rl.resampling import gold_conversations
 from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
@@ -122,7 +123,9 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     shaping = {"stage": stage, "rl": settings.result_settings(), "agent": params.agent.result_settings(),
                "tools": params.section("tools"), **({"judge": judge.model} if judge is not None else {})}
     existing = read_manifest(output)
-    if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):
+    # (a model saved before its stage kept its correct rollouts is trained again: the SFT data reads them)
+    if (not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping)
+            and CORRECT_ROLLOUTS_FILE in existing.files):
         return BuildResult(folder=output, manifest=existing, skipped=True)
 
     agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
@@ -168,6 +171,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         trainer = PPOToolTrainer(**common, value_model=_value_model(start_folder, params, tokenizer))
     else:
         trainer = ToolGRPOTrainer(**common)
+    trainer.keeper = CorrectRollouts.beside(output)  # the exactly-correct rollouts, for the stage-2 SFT data
     if settings.resample == "hard_case":
         trainer.hard_case_conversations = gold_conversations(params, {p.id for p in pairs if p.bucket == "3+"})
     validation = validation_questions(params, stage)
@@ -190,8 +194,10 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
                                                             "global_step": trainer.state.global_step}, indent=2))
         plot_rl_curves(history, tmp / "training_curves.png", title=f"RL stage {stage} ({settings.algorithm})")
         summary = rl_summary(history)
-        manifest = new_manifest(f"rl_stage{stage}_model", files={}, inputs=inputs, params=shaping,
-                                rows={"questions": len(pairs), "steps": trainer.state.global_step},
+        kept = trainer.keeper.move_into(tmp)
+        manifest = new_manifest(f"rl_stage{stage}_model", files=sha256_files([kept], tmp), inputs=inputs,
+                                params=shaping, rows={"questions": len(pairs), "steps": trainer.state.global_step,
+                                                      "correct_rollouts": trainer.keeper.kept},
                                 metadata={"start_model": relative_path(start_folder, params.root), **summary,
                                           "domains": sorted({p.domain for p in pairs}), "memory": memory})
         write_manifest(tmp, manifest)

@@ -21,6 +21,7 @@ from trl import GRPOTrainer
 from pipelines.config import RLStageParams
 from pipelines.train.rewards import RewardOptions, TurnRewards, weighted_turn_rewards
 from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages, whiten
+from pipelines.train.rl.keep import CorrectRollouts
 from pipelines.train.rl.micro_batches import trim_completion_padding
 from pipelines.train.rl.resampling import SkippingSampler, conversation_losses
 from pipelines.train.rl.rollouts import ToolRollouts
@@ -42,6 +43,7 @@ class ToolGRPOTrainer(GRPOTrainer):
         self.epochs_started = 0
         self.last_rewards: torch.Tensor | None = None  # weighted reward of each rollout of the last generation batch
         self.last_reward_parts: torch.Tensor | None = None  # (B, reward functions), unweighted, NaN: abstained
+        self.keeper: CorrectRollouts | None = None  # keeps the exactly-correct rollouts (the stage-2 SFT data)
         # rollout_func: public but experimental in TRL 1.16.0 (it warns unless TRL_EXPERIMENTAL_SILENCE=1)
         super().__init__(*args, rollout_func=rollouts, **kwargs)
 
@@ -49,6 +51,8 @@ class ToolGRPOTrainer(GRPOTrainer):
     # (prompt/completion ids and masks, "advantages" of shape (B,), "tool_mask" from the rollout's env_mask).
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
+        if self.keeper is not None and self.model.training:
+            self.keeper.keep([x["trajectory"] for x in inputs], self.last_rewards.tolist(), self.state.global_step + 1)
         if self.stage.resample == "history":
             self.resample_by_history(inputs)
         if self.stage.credit == "turn":
