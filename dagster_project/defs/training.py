@@ -38,7 +38,8 @@ def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> 
 def _model_metadata(result) -> dict:
     meta = result.manifest.metadata
     return {**manifest_metadata(folder=result.folder, manifest=result.manifest, reused=result.skipped),
-            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "reward_first_half_mean",
+            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "assistant_tokens_per_second",
+                                          "trained_assistant_tokens", "reward_first_half_mean",
                                           "reward_second_half_mean") if meta.get(key) is not None}}
 
 

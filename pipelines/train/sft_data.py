@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipelines.agent.client import ToolClient
-from pipelines.agent.protocols import OmneProtocol
+from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
@@ -307,7 +307,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     for domain in domains:  # the graphs the tools answer from (and remaining_question thinking reads)
         inputs |= manifest_inputs(kg_dir(params.artifacts_dir, domain), params.root, f"knowledge graph of {domain!r}")
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
-               "sampling": "domains_in_turn",
+               "prompt_version": PROMPT_VERSION, "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipelines.agent.protocols import PROMPT_VERSION
 from pipelines.agent.rollout import Task
 from pipelines.config import Params, RLStageParams
 from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
@@ -94,7 +95,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     memory = {"micro_batch": settings.micro_batch, "logprob_chunk_tokens": settings.logprob_chunk_tokens,
               "prefix_cache_mb": params.agent.prefix_cache_mb}
     shaping = {"stage": stage, "rl": settings.result_settings(), "agent": params.agent.result_settings(),
-               "tools": params.section("tools")}
+               "tools": params.section("tools"), "prompt_version": PROMPT_VERSION}
     existing = read_manifest(output)
     if not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping):
         return BuildResult(folder=output, manifest=existing, skipped=True)
