@@ -197,7 +197,7 @@ class SFTParams(_Section):
     per_device_batch: int = Field(1, ge=1)
     grad_accumulation: int = Field(2, ge=1)
     # a micro-batch's conversations end to end in one unpadded row (position ids restart per conversation, attention
-    # stays within each): the same loss as one conversation per micro-batch; no clear gain on a 2-core CPU
+    # stays within each): the same loss as one conversation per micro-batch; on a 2-core CPU slower, more memory
     padding_free: bool = False
     bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16
     gradient_checkpointing: bool = False
