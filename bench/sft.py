@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -143,11 +144,14 @@ class Subject:
 
 def sft_config(output_dir: Path, max_length: int, args: argparse.Namespace, device: str) -> Any:
     """The ``SFTConfig`` of ``train_sft`` at benchmark sizes: constant learning rate, no saving, logging
-    every step and no activation checkpointing (as params.yaml), no progress bar."""
+    every step and no activation checkpointing (as params.yaml), no progress bar. ``args.padding_free``
+    (bench/sft_packing.py): each batch's conversations end to end in one row, unpadded (TRL then wants no
+    ``max_length``: the conversations are taken whole)."""
     from trl import SFTConfig
 
     from pipelines.train.precision import use_bf16
 
+    padding_free = bool(getattr(args, "padding_free", False))
     bf16 = use_bf16("auto" if args.bf16 == "auto" else args.bf16 == "true", cuda=device == "cuda")
     return SFTConfig(
         output_dir=str(output_dir), seed=args.seed, data_seed=args.seed,
@@ -155,7 +159,8 @@ def sft_config(output_dir: Path, max_length: int, args: argparse.Namespace, devi
         per_device_train_batch_size=args.batch, gradient_accumulation_steps=args.grad_accumulation,
         learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
         bf16=bf16, fp16=False, activation_checkpointing=args.activation_checkpointing,
-        max_length=max_length, packing=False, assistant_only_loss=True, logging_steps=1,
+        max_length=None if padding_free else max_length, packing=False, padding_free=padding_free,
+        assistant_only_loss=True, logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True,
         dataloader_num_workers=0, dataloader_pin_memory=device == "cuda", use_cpu=device == "cpu",
     )
@@ -166,19 +171,21 @@ def sft_config(output_dir: Path, max_length: int, args: argparse.Namespace, devi
 # --------------------------------------------------------------------------------------------
 
 class StepTimer(TrainerCallback):
-    """Wall time, process CPU time and the trainer's token count at the start of training and at the
-    end of every optimizer step (CUDA synchronised first)."""
+    """Wall time, process CPU time, the trainer's token count and its trained (assistant) token count
+    (``ThinkWeightedSFTTrainer`` only, else 0) at the start of training and at the end of every optimizer
+    step (CUDA synchronised first)."""
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
         self.trainer: Any = None
-        self.marks: list[tuple[float, float, int]] = []
+        self.marks: list[tuple[float, float, int, int]] = []
 
     def _mark(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
         tokens = int(getattr(self.trainer, "_total_train_tokens", 0)) if self.trainer is not None else 0
-        self.marks.append((time.perf_counter(), cpu_seconds(), tokens))
+        trained = int(getattr(self.trainer, "trained_assistant_tokens", 0)) if self.trainer is not None else 0
+        self.marks.append((time.perf_counter(), cpu_seconds(), tokens, trained))
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._mark()
@@ -280,10 +287,11 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
     expected = args.warmup_steps + args.steps + 1
     if len(marks) != expected:
         raise RuntimeError(f"{kind}: {len(marks) - 1} optimizer steps timed, expected {expected - 1}")
-    steps = [(b[0] - a[0], b[1] - a[1], b[2] - a[2]) for a, b in zip(marks, marks[1:], strict=False)]
+    steps = [(b[0] - a[0], b[1] - a[1], b[2] - a[2], b[3] - a[3]) for a, b in zip(marks, marks[1:], strict=False)]
     timed = steps[args.warmup_steps:]
     wall = sum(s[0] for s in timed)
     tokens = sum(s[2] for s in timed)
+    trained = sum(s[3] for s in timed)
     losses = [h["loss"] for h in history if "loss" in h]
     result = {
         "kind": kind,
@@ -298,6 +306,9 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
         "cpu_s_per_step": round(sum(s[1] for s in timed) / len(timed), 4),
         "tokens": tokens,
         "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None,
+        "step_assistant_tokens": [s[3] for s in timed],
+        "assistant_tokens": trained,
+        "assistant_tokens_per_s": round(trained / wall, 1) if wall > 0 else None,
         "losses": [round(x, 5) for x in losses],
         "train_runtime_s": output.metrics.get("train_runtime"),
     }
@@ -312,6 +323,33 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
     if device == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+def alternate_runs(subject: Subject, args: argparse.Namespace, device: str,
+                   setups: dict[str, Callable[[argparse.Namespace], None]]) -> dict[str, list[dict[str, Any]]]:
+    """Weighted-trainer runs (``train_once``) of each setup in turn, ``--repeat`` rounds; a setup sets its
+    options on ``args`` before its run (the variant benchmarks: sft_precision, sft_packing)."""
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in setups}
+    for round_index in range(args.repeat):
+        for kind, setup in setups.items():
+            setup(args)
+            run = train_once(subject, "weighted", args, device)
+            runs[kind].append(run)
+            log.info("round %d %s: %.2f s/step, %.0f tokens/s, %.0f assistant tokens/s, losses %s", round_index + 1,
+                     kind, run["s_per_step"], run["tokens_per_s"] or 0, run["assistant_tokens_per_s"] or 0,
+                     run["losses"])
+    return runs
+
+
+def speedup_result(runs: dict[str, list[dict[str, Any]]], keys: tuple[str, ...],
+                   speedups: list[float]) -> dict[str, Any]:
+    """A variant benchmark's result: per setup the median over its rounds of each of ``keys`` (s_per_step,
+    tokens_per_s, ...), the speed-up of each round and their median, and the runs themselves."""
+    return {"summary": {kind: {key: round(statistics.median(r[key] for r in rounds), 3) for key in keys}
+                        for kind, rounds in runs.items()},
+            "speedups": [round(x, 3) for x in speedups],
+            "median_speedup": round(statistics.median(speedups), 3) if speedups else None,
+            "runs": runs}
 
 
 def bench_subject(subject: Subject, args: argparse.Namespace, device: str) -> dict[str, Any]:
@@ -406,9 +444,7 @@ def render_table(results: dict[str, Any]) -> str:
             detail.append(f"extra work timed apart {m['extra_work_share']:+.3%}")
         lines.append(f"  {verdict}  weighted think-loss overhead <= {TARGET_OVERHEAD:.0%}    "
                      f"{name:<9} wall {overhead:+.1%}" + (f"  ({'; '.join(detail)})" if detail else ""))
-    load = results["load_average"]
-    lines.append(f"\n{results['machine']['cpu_cores']} CPU cores; load average at start "
-                 f"{load['start'][0]}, at end {load['end'][0]}.")
+    lines.append(load_footer(results))
     return "\n".join(lines)
 
 
@@ -485,10 +521,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return check_args(parser, parser.parse_args(argv))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging(args.verbose, ("httpx", "urllib3", "filelock", "huggingface_hub", "datasets", "transformers",
-                                 "peft", "trl", "accelerate"))
+def parse_variant_args(name: str, doc: str, argv: list[str] | None, toy: dict[str, Any],
+                       **defaults: Any) -> argparse.Namespace:
+    """The options of a benchmark that runs bench/sft.py's SmolLM2 subject two ways (sft_precision,
+    sft_packing): these options with its ``defaults``; --toy: ``toy`` and the tiny random llama."""
+    parser = build_parser(name, description=doc.split("\n\n")[0])
+    parser.set_defaults(models=["smollm2"], **defaults)
+    parser.set_toy(model=None, **toy)
+    args = check_args(parser, parser.parse_args(argv))
+    if args.model is None:  # --toy
+        args.model = tiny_model()
+    return args
+
+
+QUIET_LOGGERS = ("httpx", "urllib3", "filelock", "huggingface_hub", "datasets", "transformers", "peft", "trl",
+                 "accelerate")
+
+
+def quiet_training_logs(verbose: bool) -> None:
+    """Logging set up, the training libraries' warnings, verbosity and progress bars off (they would bury
+    the benchmark's own lines)."""
+    setup_logging(verbose, QUIET_LOGGERS)
     warnings.filterwarnings("ignore", category=UserWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     import transformers
@@ -502,6 +555,43 @@ def main(argv: list[str] | None = None) -> int:
         datasets.logging.set_verbosity_error()
     except ImportError:
         pass
+
+
+def start_variant(args: argparse.Namespace) -> tuple[str, float, list[dict[str, Any]]]:
+    """A variant benchmark's start: quiet logs, the torch threads asked for; (device, start time, the
+    conversations of ``--data``)."""
+    quiet_training_logs(args.verbose)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    return resolve_device(args.device), time.perf_counter(), read_conversations(args.data, args.conversations)
+
+
+def finish_variant(results: dict[str, Any], table: Callable[[dict[str, Any]], str], args: argparse.Namespace,
+                   started: float) -> int:
+    """The load average at the end, then the results written and the table printed; the exit status."""
+    results["load_average"]["end"] = load_average()
+    write_results(results, table(results), args.out, started)
+    return 0
+
+
+def variant_results(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """The head of a two-way benchmark's results (sft_precision, sft_packing): what ran where, the load."""
+    return {"benchmark": name, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": machine_info(), "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+            "torch_threads": torch.get_num_threads(), "args": args_record(args), "model": str(args.model),
+            "load_average": {"start": load_average()}}
+
+
+def load_footer(results: dict[str, Any]) -> str:
+    """The table's last line: cores and the load average at start and end (how far from idle the run was)."""
+    load = results["load_average"]
+    return (f"\n{results['machine']['cpu_cores']} CPU cores; load average at start {load['start'][0]}, "
+            f"at end {load['end'][0]}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet_training_logs(args.verbose)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -509,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     conversations = read_conversations(args.data, args.conversations)
 
     import peft
+    import transformers
     import trl
 
     results: dict[str, Any] = {

@@ -20,18 +20,13 @@ step. Target (PASS/MISS, never asserted): bf16 at least 1.3x faster than fp32 wh
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-import warnings
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
 import torch
-from _common import args_record, load_average, machine_info, setup_logging, verdict, write_results
-from _toy import tiny_model
+from _common import verdict
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("bf16", "fp32")
@@ -39,26 +34,14 @@ RUNS = ("bf16", "fp32")
 
 def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
     """bf16 and fp32 in turn, ``--repeat`` each; the speed-up per round (fp32 s/step / bf16 s/step)."""
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in RUNS}
-    for round_index in range(args.repeat):
-        for kind in RUNS:
-            args.bf16 = "true" if kind == "bf16" else "false"
-            run = sft_bench.train_once(subject, "weighted", args, device)
-            runs[kind].append(run)
-            sft_bench.log.info("round %d %s: %.2f s/step, %.0f tokens/s, losses %s", round_index + 1, kind,
-                               run["s_per_step"], run["tokens_per_s"] or 0, run["losses"])
+    setups = {kind: lambda a, k=kind: setattr(a, "bf16", "true" if k == "bf16" else "false") for kind in RUNS}
+    runs = sft_bench.alternate_runs(subject, args, device, setups)
     speedups = [f["s_per_step"] / b["s_per_step"] for b, f in zip(runs["bf16"], runs["fp32"], strict=True)]
     loss_gaps = [abs(b - f) / max(abs(f), 1e-9) for rb, rf in zip(runs["bf16"], runs["fp32"], strict=True)
                  for b, f in zip(rb["losses"], rf["losses"], strict=False)]
-    return {
-        "summary": {k: {"s_per_step": round(statistics.median(r["s_per_step"] for r in runs[k]), 3),
-                        "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in runs[k]), 1)}
-                    for k in RUNS},
-        "speedups": [round(s, 3) for s in speedups],
-        "median_speedup": round(statistics.median(speedups), 3),
-        "max_relative_loss_gap": round(max(loss_gaps), 4) if loss_gaps else None,
-        "runs": runs,
-    }
+    result = sft_bench.speedup_result(runs, ("s_per_step", "tokens_per_s"), speedups)
+    result["max_relative_loss_gap"] = round(max(loss_gaps), 4) if loss_gaps else None
+    return result
 
 
 def render_table(results: dict[str, Any]) -> str:
@@ -78,51 +61,26 @@ def render_table(results: dict[str, Any]) -> str:
                   f"{m['max_relative_loss_gap']:.2%}",
               f"  {verdict(m['median_speedup'] >= TARGET_SPEEDUP)}  bf16 >= {TARGET_SPEEDUP}x fp32   "
               f"median {m['median_speedup']:.2f}x"]
-    load = results["load_average"]
-    lines.append(f"\n{results['machine']['cpu_cores']} CPU cores; load average at start {load['start'][0]}, "
-                 f"at end {load['end'][0]}.")
+    lines.append(sft_bench.load_footer(results))
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """bench/sft.py's options, with this benchmark's defaults; --toy: the tiny model instead of SmolLM2."""
-    parser = sft_bench.build_parser("sft_precision", description=__doc__.split("\n\n")[0])
-    parser.set_defaults(conversations=8, max_length=2048, steps=3, repeat=2, models=["smollm2"])
-    parser.set_toy(model=None, max_length=512)
-    args = sft_bench.check_args(parser, parser.parse_args(argv))
-    if args.model is None:  # --toy
-        args.model = tiny_model()
-    return args
+    return sft_bench.parse_variant_args("sft_precision", __doc__, argv, toy={"max_length": 512}, conversations=8,
+                                        max_length=2048, steps=3, repeat=2)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setup_logging(args.verbose, ("httpx", "urllib3", "filelock", "huggingface_hub", "datasets", "transformers",
-                                 "peft", "trl", "accelerate"))
-    warnings.filterwarnings("ignore")
-    import transformers
-
+    device, started, conversations = sft_bench.start_variant(args)
     from pipelines.train.precision import cpu_has_native_bf16
 
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    device = sft_bench.resolve_device(args.device)
-    started = time.perf_counter()
-    conversations = sft_bench.read_conversations(args.data, args.conversations)
-    results: dict[str, Any] = {
-        "benchmark": "sft_precision", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(), "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-        "native_bf16": bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16(),
-        "torch_threads": torch.get_num_threads(), "args": args_record(args), "model": str(args.model),
-        "load_average": {"start": load_average()},
-    }
+    results = sft_bench.variant_results("sft_precision", args, device)
+    results["native_bf16"] = bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16()
     subject = sft_bench.Subject("smollm2", args.model, conversations, args.max_length, args)
     results["result"] = run_pair(subject, args, device)
-    results["load_average"]["end"] = load_average()
-    write_results(results, render_table(results), args.out, started)
-    return 0
+    return sft_bench.finish_variant(results, render_table, args, started)
 
 
 if __name__ == "__main__":

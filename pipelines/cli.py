@@ -530,12 +530,12 @@ def _agent_summary(agent: dict | None) -> str:
 def sft_train_command(ctx: click.Context, name: str, think_weight: float | None, force: bool) -> None:
     """Train the stage-2 model on artifacts/sft/conversations (LoRA or full, weighted think-loss); writes
     artifacts/models/<name>/ with the adapter, tokenizer, trainer_state.json, loss_curve.png and manifest."""
+    from pipelines.train.sft import training_summary
     from pipelines.train.stage2 import build_sft_model
 
     result = build_sft_model(_params(ctx), name=name, think_weight=think_weight, force=force)
-    meta = result.manifest.metadata
-    click.echo(f"{'up to date' if result.skipped else 'trained'}: {meta.get('steps')} steps, final loss "
-               f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {result.folder}")
+    click.echo(f"{'up to date' if result.skipped else 'trained'}: {training_summary(result.manifest)} "
+               f"-> {result.folder}")
 
 
 @sft.command("sweep")

@@ -246,10 +246,13 @@ class SFTParams(_Section):
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    max_length: int = Field(2048, ge=16)  # tokens per conversation
+    max_length: int = Field(4096, ge=16)  # tokens per conversation (quick: every template conversation fits)
     overlong: Literal["truncate", "drop"] = "drop"  # a longer conversation: cut at max_length, or left out
     per_device_batch: int = Field(1, ge=1)
     grad_accumulation: int = Field(2, ge=1)
+    # a micro-batch's conversations end to end in one unpadded row (position ids restart per conversation, attention
+    # stays within each): the same loss as one conversation per micro-batch; on a 2-core CPU slower, more memory
+    padding_free: bool = False
     bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16
     gradient_checkpointing: bool = False
     # tokens per tile of the fused LM head (log-probabilities without the full logits); on a CPU each tile has

@@ -234,6 +234,7 @@ def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built:
     from the SFT model and its evaluation, on the same test sample as the base model's; each in a process of its
     own (``StageTimes.run``). Stage 1 comes first because the SFT conversations may mix in its correct rollouts
     (``sft_data.sources: [template, agent]``), as Dagster's and DVC's graphs say; it needs nothing of stage 2."""
+    from pipelines.train.sft import training_summary
     from pipelines.train.sft_data import build_sft_conversations
     from pipelines.train.stage2 import build_sft_model
 
@@ -243,9 +244,8 @@ def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built:
     print(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
     model = times.run("SFT model", build_sft_model, params, force=force)
     built.append(BuiltArtifact(stage="sft_model", folder=model.folder))
-    meta = model.manifest.metadata
-    print(f"sft model: {'up to date' if model.skipped else 'trained'}, {meta.get('steps')} steps, final loss "
-          f"{meta.get('final_loss')}, {meta.get('tokens_per_second')} tokens/s -> {model.folder}", flush=True)
+    print(f"sft model: {'up to date' if model.skipped else 'trained'}, {training_summary(model.manifest)} "
+          f"-> {model.folder}", flush=True)
     runs = [_evaluation(params, str(model.folder), "sft-tools", "sft_eval_report", force, times,
                         "evaluate SFT model", built)]
     result = rl_stage(params, 3, force=force, times=times, built=built)

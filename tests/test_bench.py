@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "graph_names"]
+           "sft_precision", "sft_packing", "graph_names"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -191,6 +191,15 @@ def check_sft_precision(results: dict[str, Any]) -> list[str]:
     return ["result.median_speedup", "result.summary.bf16.s_per_step", "result.summary.fp32.s_per_step"]
 
 
+def check_sft_packing(results: dict[str, Any]) -> list[str]:
+    result = results["result"]
+    assert set(result["summary"]) == {"today", "padding_free"} and results["data"]["conversations"] == 4
+    # the same conversations in every optimizer step of both runs: the same assistant tokens
+    assert result["same_assistant_tokens_every_step"] and result["runs"]["today"][0]["assistant_tokens"] > 0
+    return ["result.median_speedup", "result.summary.today.assistant_tokens_per_s",
+            "result.summary.padding_free.assistant_tokens_per_s"]
+
+
 def check_orchestration(results: dict[str, Any]) -> list[str]:
     stages = ["knowledge_graph", "entity_index", "seed_subgraphs", "qa_pairs", "gold_paths", "qa_dataset"]
     assert list(results["stages"]) == stages
@@ -226,6 +235,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
     "rl_curve": check_rl_curve, "sft": check_sft, "sft_precision": check_sft_precision,
+    "sft_packing": check_sft_packing,
     "orchestration": check_orchestration, "reliability": check_reliability}
 
 

@@ -65,6 +65,26 @@ def test_other_protocols_parse_their_tags() -> None:
     assert json.loads(search.search_call("Mars", "Which moon?"))["arguments"] == {"entity": "Mars", "question": "Which moon?"}
 
 
+def test_system_prompts_name_no_registered_graph() -> None:
+    """The prompts' examples use placeholders: a real graph named there (it was graph_type="chemistry") is a name
+    a small model copies into its calls on every other graph (docs/sft.md, "Graph names"). The omne example is
+    still a well-formed call of a listed tool."""
+    import re
+
+    from pipelines.agent.calls import ToolCall, parse_call
+    from pipelines.domains import load_registry
+    from tests.conftest import PROJECT_ROOT
+
+    names = load_registry(PROJECT_ROOT / "kg_assets" / "domains.yaml").names
+    prompts = [omne().system_prompt(), KGR1Protocol([TOOL_SPECS[n] for n in KG_R1_TOOLS], max_rounds=6).system_prompt(),
+               SearchProtocol([TOOL_SPECS[n] for n in SEARCH_TOOLS], max_rounds=4).system_prompt()]
+    named = {name for prompt in prompts for name in names if re.search(rf"\b{re.escape(name)}\b", prompt)}
+    assert len(names) >= 8 and not named
+    example = re.search(r"e\.g\. <tool_call>(.*?)</tool_call>", prompts[0]).group(1)
+    call = parse_call(example, {n: TOOL_SPECS[n] for n in OMNE_TOOLS})
+    assert isinstance(call, ToolCall) and call.name == "node_info" and call.arguments["graph_type"].startswith("<")
+
+
 def _gold_path_policy(path: list[str], answer: str, domain: str):  # noqa: ANN202
     """A scripted model that finds the start entity, walks the gold path with node_info, answers."""
 
@@ -210,8 +230,9 @@ def test_a_peft_adapter_folder_loads_on_its_base(tiny_llama: Path, tmp_path: Pat
     peft_model.save_pretrained(adapter)
     AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(adapter)
     assert not (adapter / "config.json").exists() and (adapter / "adapter_config.json").is_file()
-    client = load_agent_model(str(adapter), solar)
-    plain = load_agent_model(str(tiny_llama), solar)
+    reference = solar.model_copy(update={"agent": solar.agent.model_copy(update={"backend": "transformers"})})
+    client = load_agent_model(str(adapter), reference)  # the transformers backend holds the merged weights
+    plain = load_agent_model(str(tiny_llama), reference)
     request = ChatRequest(messages=[{"role": "user", "content": "Which moon orbits Mars?"}], max_tokens=8)
     adapted, original = client.complete(request), plain.complete(request)
     assert client.model.startswith("adapter-") and plain.model.startswith("tiny-llama-")

@@ -94,12 +94,14 @@ def load_model(folder: Path, tokenizer):  # noqa: ANN001, ANN201
 
 
 def make_trainer(folder: Path, tokenizer, tmp: Path, *, think_weight: float | None = 0.1, n: int = 4,  # noqa: ANN001
-                 grad_accumulation: int = 1, think: bool = True):  # noqa: ANN201
-    """ThinkWeightedSFTTrainer (or, with think_weight None, TRL's plain SFTTrainer) on tiny conversations."""
+                 grad_accumulation: int = 1, think: bool = True, padding_free: bool = False):  # noqa: ANN201
+    """ThinkWeightedSFTTrainer (or, with think_weight None, TRL's plain SFTTrainer) on tiny conversations;
+    ``padding_free``: a batch's conversations end to end in one row (TRL then takes them whole: no max_length)."""
     from trl import SFTConfig, SFTTrainer
 
     config = SFTConfig(output_dir=str(tmp), assistant_only_loss=True, report_to="none", bf16=False,
-                       activation_checkpointing=False, max_length=512, per_device_train_batch_size=2,
+                       activation_checkpointing=False, max_length=None if padding_free else 512,
+                       padding_free=padding_free, per_device_train_batch_size=2,
                        gradient_accumulation_steps=grad_accumulation, dataloader_pin_memory=False)
     dataset = sft_dataset([conversation(i, think=think) for i in range(n)])
     model = load_model(folder, tokenizer)
@@ -308,6 +310,30 @@ def test_gradient_accumulation_normalises_by_the_total_weight(tiny: Path, tokeni
     assert step_loss == pytest.approx((means[0] * sums[0] + means[1] * sums[1]) / sum(sums), abs=1e-5)
 
 
+def test_padding_free_batch_loss_is_the_sum_of_per_conversation_losses(tiny: Path, tokenizer,  # noqa: ANN001
+                                                                         tmp_path: Path) -> None:
+    """Three conversations end to end in one row (position ids restart per conversation): the weights are each
+    conversation's own (think spans found per conversation, none across the seams), attention stays within each
+    conversation, so the row's loss is sum_i(w_i * loss_i) / sum_i(w_i) over the conversations trained alone."""
+    packed_trainer = make_trainer(tiny, tokenizer, tmp_path / "packed", think_weight=0.1, padding_free=True)
+    alone_trainer = make_trainer(tiny, tokenizer, tmp_path / "alone", think_weight=0.1)
+    packed = collate(packed_trainer, range(3))
+    assert packed["input_ids"].shape[0] == 1 and "attention_mask" not in packed
+    alone = [collate(alone_trainer, range(i, i + 1)) for i in range(3)]
+    # the packed weights are the conversations' own weights, end to end (each first token is a prompt token: 0)
+    assert torch.equal(packed["loss_weights"][0], torch.cat([a["loss_weights"][0] for a in alone]))
+    assert sorted(packed["loss_weights"].unique().tolist()) == pytest.approx([0.0, 0.1, 1.0])
+    totals = [float((a["loss_weights"][:, 1:] * (a["labels"][:, 1:] != -100)).sum()) for a in alone]
+    with torch.no_grad():
+        losses = [alone_trainer.compute_loss(alone_trainer.model, dict(a)).item() for a in alone]
+        got = packed_trainer.compute_loss(packed_trainer.model, dict(packed)).item()
+    assert got == pytest.approx(sum(loss * w for loss, w in zip(losses, totals, strict=True)) / sum(totals), abs=1e-5)
+    # the trained-token count: the conversations' assistant tokens, not the row's length
+    packed_trainer.model.train()
+    packed_trainer.compute_loss(packed_trainer.model, dict(packed))
+    assert packed_trainer.trained_assistant_tokens == sum(int((a["labels"][:, 1:] != -100).sum()) for a in alone)
+
+
 # ------------------------------------------------------------------------------------------ training
 
 
@@ -343,6 +369,14 @@ def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
     assert set(manifest["files"]) >= {"adapter_model.safetensors", "tokenizer.json", "loss_curve.png"}
     meta = manifest["metadata"]
     assert meta["steps"] == 5 and meta["tokens_per_second"] > 0 and manifest["rows"]["overlong_examples"] == 0
+    # what the training time bought: 5 steps x 2 conversations, each with the same assistant turns (only the
+    # question differs), so 10/8 of the dataset's assistant tokens; a rate over the training seconds
+    rows = manifest["rows"]
+    assert rows["dropped_examples"] == rows["truncated_examples"] == 0
+    assert rows["trained_assistant_tokens"] == meta["trained_assistant_tokens"] == rows["assistant_tokens"] * 10 // 8
+    assert 0 < meta["trained_assistant_tokens"] < meta["tokens"] and meta["train_runtime_s"] > 0
+    assert meta["assistant_tokens_per_second"] == pytest.approx(meta["trained_assistant_tokens"]
+                                                                / meta["train_runtime_s"], rel=1e-3)
     assert meta["bf16"] == use_bf16("auto")  # SFTParams.bf16 defaults to auto: bf16 where the hardware has it
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     losses = [h["loss"] for h in history if "loss" in h]
@@ -377,10 +411,34 @@ def test_train_sft_full_fine_tuning(tiny: Path, tmp_path: Path) -> None:
     long["conversations"][2]["value"] = "<tool_response>\n" + "Phobos orbits Mars. " * 80 + "\n</tool_response>"
     result = train_sft([conversation(i) for i in range(4)] + [long], tiny, out, params, progress=False)
     assert result.manifest.metadata["learning_rate"] == 1e-5 and result.manifest.metadata["warmup_ratio"] == 0.01
-    assert result.manifest.rows["overlong_examples"] == 1 and result.manifest.rows["train_examples"] == 4
+    rows = result.manifest.rows
+    assert rows["overlong_examples"] == rows["dropped_examples"] == 1 and rows["train_examples"] == 4
+    assert rows["truncated_examples"] == 0 and rows["trained_assistant_tokens"] > 0
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     model, tok = load_sft_model(out)
     assert model.get_input_embeddings().num_embeddings == len(tok) == 302
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     # no-think data: each assistant turn is an empty think (weighted) plus the action
     assert all(0 < h["think_token_share"] < 0.5 for h in history if "loss" in h)
+
+
+def test_train_sft_padding_free_trains_like_padded_batches(tiny: Path, tmp_path: Path) -> None:
+    """sft.padding_free: the same conversations per step give the same first loss and the same trained tokens as
+    padded batches, and an overlong conversation is cut to max_length by train_sft itself (TRL cuts nothing when
+    padding-free)."""
+    long = conversation(4)
+    long["conversations"][2]["value"] = "<tool_response>\n" + "Phobos orbits Mars. " * 80 + "\n</tool_response>"
+    data = [conversation(i) for i in range(4)] + [long]
+    common = {"max_steps": 2, "per_device_batch": 2, "grad_accumulation": 1, "max_length": 400,
+              "overlong": "truncate", "bf16": False, "warmup_ratio": 0.0, "think_weight": 0.1, "seed": 0}
+    free = train_sft(data, tiny, tmp_path / "free", SFTParams(padding_free=True, **common), progress=False).manifest
+    padded = train_sft(data, tiny, tmp_path / "padded", SFTParams(padding_free=False, **common),
+                       progress=False).manifest
+    for manifest in (free, padded):
+        assert manifest.rows["truncated_examples"] == manifest.rows["overlong_examples"] == 1
+        assert manifest.rows["train_examples"] == 5 and manifest.rows["dropped_examples"] == 0
+        assert manifest.metadata["max_length_seen"] == 400
+    assert free.rows["train_tokens"] == padded.rows["train_tokens"]
+    assert free.rows["trained_assistant_tokens"] == padded.rows["trained_assistant_tokens"] > 0
+    assert free.metadata["first_loss"] == pytest.approx(padded.metadata["first_loss"], abs=1e-4)
+    assert free.metadata["final_loss"] == pytest.approx(padded.metadata["final_loss"], abs=1e-3)

@@ -16,7 +16,8 @@ from pipelines.train.sft_data import build_sft_conversations, format_problems, r
 def _model_metadata(result) -> dict:
     meta = result.manifest.metadata
     return {**manifest_metadata(folder=result.folder, manifest=result.manifest, reused=result.skipped),
-            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "reward_first_half_mean",
+            **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "assistant_tokens_per_second",
+                                          "trained_assistant_tokens", "reward_first_half_mean",
                                           "reward_second_half_mean") if meta.get(key) is not None}}
 
 

@@ -25,6 +25,10 @@ from pipelines.agent.calls import ToolSpec
 
 Mode = Literal["think", "no_think"]
 NO_THINK_PREFIX = "<think>\n\n</think>\n"
+# The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
+# (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
+# change to a system_prompt below (or to the tool specs they list).
+PROMPT_VERSION = 2  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders
 
 
 @dataclass
@@ -124,7 +128,8 @@ class OmneProtocol(Protocol):
             "You answer questions about a knowledge graph by calling tools that look it up.",
             "Think before every action, inside <think> </think>.",
             "Then either call one tool inside <tool_call> </tool_call>, written as a Python call with "
-            'keyword arguments, e.g. <tool_call>node_info(node_name="Iron", graph_type="chemistry")</tool_call>, '
+            'keyword arguments, e.g. <tool_call>node_info(node_name="<entity name>", '
+            'graph_type="<knowledge graph named in the prompt>")</tool_call>, '
             "or give the final answer inside <answer> </answer>.",
             "Call only one function at one time, and wait for its result, which comes back inside "
             "<tool_response> </tool_response>.",

@@ -267,6 +267,7 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     """``evaluate`` unless the report ``name`` was already made from the same inputs and settings (make run's
     rerun stays fast); the model's identity is part of the settings, so a new checkpoint re-evaluates."""
     from pipelines.agent.models import resolve_model_folder
+    from pipelines.agent.protocols import PROMPT_VERSION
     from pipelines.eval.report import read_metrics
     from pipelines.manifest import model_identity
 
@@ -274,7 +275,7 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     manifest = read_manifest(folder)
     identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
     wanted = {"agent": params.agent.result_settings(), "eval": params.section("eval"), "tools": params.section("tools"),
-              "profile": params.profile,
+              "profile": params.profile, "prompt_version": PROMPT_VERSION,
               "model": identity, **{k: v for k, v in options.items() if isinstance(v, str | int | None)}}
     dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
     if (not force and manifest is not None and dataset is not None

@@ -305,7 +305,9 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             learning_rate=hyper["learning_rate"], lr_scheduler_type=params.lr_scheduler,
             warmup_steps=hyper["warmup_ratio"], weight_decay=0.0,
             bf16=bf16, fp16=False, activation_checkpointing=params.gradient_checkpointing,
-            max_length=params.max_length, packing=False, assistant_only_loss=True,
+            # padding-free: TRL takes the conversations whole (overlong ones are dropped or cut below)
+            max_length=None if params.padding_free else params.max_length, packing=False,
+            padding_free=params.padding_free, assistant_only_loss=True,
             logging_steps=params.logging_steps, save_strategy="no", report_to="none",
             disable_tqdm=not progress, dataloader_num_workers=0,
             dataloader_pin_memory=torch.cuda.is_available(),
@@ -319,12 +321,15 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
 
             trainer.remove_callback(PrinterCallback)  # the per-step log dicts printed when tqdm is off
         lengths, assistant_tokens = _token_counts(trainer.train_dataset)
-        truncated = sum(1 for n in lengths if n >= params.max_length)
-        if truncated and params.overlong == "drop":
+        overlong = sum(1 for n in lengths if n >= params.max_length)
+        if overlong and params.overlong == "drop":
             trainer.train_dataset = trainer.train_dataset.filter(lambda ex: len(ex["input_ids"]) < params.max_length)
             lengths, assistant_tokens = _token_counts(trainer.train_dataset)
-        if truncated:
-            log.warning("%d of %d SFT conversations reach max_length=%d: %s", truncated, len(conversations),
+        elif overlong and params.padding_free:
+            trainer.train_dataset = truncated(trainer.train_dataset, params.max_length)
+            lengths, assistant_tokens = _token_counts(trainer.train_dataset)
+        if overlong:
+            log.warning("%d of %d SFT conversations reach max_length=%d: %s", overlong, len(conversations),
                         params.max_length, "dropped" if params.overlong == "drop" else "their ends are cut off")
         prepared = trainer.train_dataset
         if len(prepared) == 0:
@@ -349,6 +354,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         steps = [h for h in history if "loss" in h]
         runtime = float(output.metrics.get("train_runtime", 0.0)) or None
         tokens = int(trainer._total_train_tokens)
+        trained = int(trainer.trained_assistant_tokens)
         metrics = {
             "final_loss": steps[-1]["loss"] if steps else None,
             "first_loss": steps[0]["loss"] if steps else None,
@@ -358,8 +364,11 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             "steps": int(trainer.state.global_step),
             "epochs": float(trainer.state.epoch or 0.0),
             "train_runtime_s": runtime,
-            "tokens": tokens,
+            "tokens": tokens,  # every token of the trained batches (prompts and tool responses too)
             "tokens_per_second": round(tokens / runtime, 2) if runtime else None,
+            # the loss-bearing (assistant) tokens of the trained batches: what the SFT time buys
+            "trained_assistant_tokens": trained,
+            "assistant_tokens_per_second": round(trained / runtime, 2) if runtime else None,
             "learning_rate": hyper["learning_rate"], "warmup_ratio": hyper["warmup_ratio"],
             "bf16": bf16, "device": str(trainer.args.device),
             "think_token_ids": [trainer.think_open_id, trainer.think_close_id],
@@ -372,7 +381,9 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             "sft_model", files=sha256_files(files, tmp), inputs=all_inputs, params=shaping,
             rows={"conversations": len(conversations), "train_examples": len(prepared),
                   "dropped_examples": len(conversations) - len(prepared),
-                  "overlong_examples": truncated,
+                  "overlong_examples": overlong,
+                  "truncated_examples": overlong if params.overlong == "truncate" else 0,
+                  "trained_assistant_tokens": trained,
                   "train_tokens": sum(lengths), "assistant_tokens": assistant_tokens,
                   "trainable_parameters": trainable_params, "steps": int(trainer.state.global_step)},
             metadata=metrics)
@@ -382,6 +393,23 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     log.info("SFT model written to %s (%s steps, final loss %s)", output_folder, metrics["steps"],
              metrics["final_loss"])
     return BuildResult(folder=output_folder, manifest=manifest)
+
+
+def training_summary(manifest: Any) -> str:
+    """One line on an SFT model's training (the CLI and `omne run` print it): steps, final loss, tokens/s,
+    the trained (assistant) tokens/s and the conversations left out."""
+    meta, rows = manifest.metadata, manifest.rows
+    left_out = (f", {rows['dropped_examples']} of {rows['conversations']} conversations dropped"
+                if rows.get("dropped_examples") else "")
+    return (f"{meta.get('steps')} steps, final loss {meta.get('final_loss')}, {meta.get('tokens_per_second')} "
+            f"tokens/s ({meta.get('assistant_tokens_per_second')} trained assistant tokens/s){left_out}")
+
+
+def truncated(dataset: Any, max_length: int) -> Any:
+    """The prepared examples cut to their first ``max_length`` tokens, those left without a trained token dropped:
+    what TRL does itself, except with ``padding_free`` (where it wants no ``max_length``)."""
+    cut = dataset.map(lambda ex: {"input_ids": ex["input_ids"][:max_length], "labels": ex["labels"][:max_length]})
+    return cut.filter(lambda ex: any(label != -100 for label in ex["labels"]))
 
 
 def _token_counts(dataset: Any) -> tuple[list[int], int]:

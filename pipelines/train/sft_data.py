@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipelines.agent.client import ToolClient
-from pipelines.agent.protocols import OmneProtocol
+from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
@@ -393,7 +393,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         inputs |= stage1_rollouts_inputs(params)
     thinker = llm_thinker(params, thinker)
     shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
-               "sampling": "domains_in_turn",
+               "prompt_version": PROMPT_VERSION, "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
     if thinker is not None:  # (only then: the fingerprints of the other thinking modes stay as they were)
         shaping["thinker"] = getattr(thinker, "model", None)

@@ -166,7 +166,8 @@ class ThinkWeightedSFTTrainer(SFTTrainer):
     else is TRL's: dataset preparation, truncation, the fused LM head, PEFT wrapping, metrics
     (entropy, mean_token_accuracy, num_tokens), to which this adds ``assistant_loss`` (the plain
     assistant-only mean NLL of the same batch, computed from the same log-probabilities at no extra
-    cost) and ``think_token_share`` (the share of trained tokens inside think spans).
+    cost) and ``think_token_share`` (the share of trained tokens inside think spans); ``trained_assistant_tokens``
+    counts the loss-bearing (assistant) tokens of every training micro-batch, the work the SFT time buys.
 
     Not supported (refused at construction): ``compute_loss_func``, label smoothing, ``loss_type``
     other than ``"nll"`` and DeepSpeed sequence parallelism — each of them replaces the loss.
@@ -189,6 +190,7 @@ class ThinkWeightedSFTTrainer(SFTTrainer):
         if parallelism is not None and getattr(parallelism, "sp_enabled", False):
             raise ValueError("ThinkWeightedSFTTrainer does not support sequence parallelism")
         self.think_weight = float(think_weight)
+        self.trained_assistant_tokens = 0  # loss-bearing target tokens of the training batches so far
         self.think_open_id = single_token_id(self._tokenizer, think_open)
         self.think_close_id = single_token_id(self._tokenizer, think_close)
         if not isinstance(self.data_collator, ThinkWeightCollator):
@@ -251,6 +253,7 @@ class ThinkWeightedSFTTrainer(SFTTrainer):
                 in_think = gather((spans[..., 1:].to(label_mask.device) & label_mask).sum()).sum()
                 metrics["think_token_share"].append((in_think / num_valid).item() if valid else 0.0)
             if mode == "train":
+                self.trained_assistant_tokens += int(num_valid)
                 if "attention_mask" in inputs:
                     seen = gather(inputs["attention_mask"].sum()).sum().item()
                 else:

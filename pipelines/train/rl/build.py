@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipelines.agent.protocols import PROMPT_VERSION
 from pipelines.agent.rollout import Task
 from pipelines.config import Params
 from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, rl_model_name
@@ -121,7 +122,8 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     memory = {"micro_batch": settings.micro_batch, "logprob_chunk_tokens": settings.logprob_chunk_tokens,
               "prefix_cache_mb": params.agent.prefix_cache_mb}
     shaping = {"stage": stage, "rl": settings.result_settings(), "agent": params.agent.result_settings(),
-               "tools": params.section("tools"), **({"judge": judge.model} if judge is not None else {})}
+               "tools": params.section("tools"), "prompt_version": PROMPT_VERSION,
+               **({"judge": judge.model} if judge is not None else {})}
     existing = read_manifest(output)
     # (a model saved before its stage kept its correct rollouts is trained again: the SFT data reads them)
     if (not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping)
