@@ -610,7 +610,8 @@ def bench_params(params: Params, args: argparse.Namespace) -> Params:
     agent = params.agent.model_copy(update={
         "max_rounds": args.max_rounds, "kg_r1_max_queries": max(1, args.max_rounds - 1),
         "max_new_tokens": args.max_new_tokens, "temperature": 0.0, "batch_size": args.batch_size,
-        "device": args.device, **({"mode": args.mode} if args.mode else {})})
+        "device": args.device, "backend": "transformers",  # the baseline; --fast runs the other backend
+        **({"mode": args.mode} if args.mode else {})})
     return params.model_copy(update={"agent": agent})
 
 
