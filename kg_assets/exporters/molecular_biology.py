@@ -33,6 +33,7 @@ from _shared import (
     SEED_HOPS,
     SEED_MAX,
     SEED_MIN,
+    Node,
     check_names_and_endpoints,
     eligible,
     file_sha256,
@@ -43,6 +44,7 @@ from _shared import (
     tally,
     write_jsonl,
 )
+from _shared import Graph as SharedGraph
 from Bio.Data import IUPACData
 from Bio.Restriction import Restriction_Dictionary as rebase
 
@@ -251,31 +253,11 @@ def overhang_key(kind: str, seq: str) -> str:
 
 
 @dataclass
-class Node:
-    key: str
-    name: str
-    etype: str
-    description: str
+class Graph(SharedGraph):
+    """The shared graph (nodes by stable key, edge templates), with counts of observations for SOURCE.md."""
 
-
-@dataclass
-class Graph:
-    nodes: dict[str, Node] = field(default_factory=dict)
-    # (head key, relation, tail key) -> sentence template with {head}/{tail} for the final names
-    edges: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    # observations for SOURCE.md
-    notes: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
     other_components: list[int] = field(default_factory=list)  # sizes of the components left out
-
-    def add_node(self, node: Node) -> None:
-        if node.key in self.nodes:
-            raise ValueError(f"duplicate node key {node.key!r}")
-        self.nodes[node.key] = node
-
-    def add_edge(self, head: str, relation: str, tail: str, template: str) -> None:
-        if head == tail:
-            raise ValueError(f"self loop on {head!r}")
-        self.edges.setdefault((head, relation, tail), template)
 
 
 def add_enzymes(graph: Graph, enzymes: dict[str, Enzyme]) -> None:
@@ -387,11 +369,11 @@ def add_nested_sites(graph: Graph, enzymes: dict[str, Enzyme]) -> None:
             continue
         best = max(freq[s] for s in found)
         if best < MIN_LINK_FREQ:
-            graph.notes["sequences whose nested sequences are all very degenerate, e.g. C (no `contains` edge)"] += 1
+            graph.counts["sequences whose nested sequences are all very degenerate, e.g. C (no `contains` edge)"] += 1
             continue
         chosen = sorted(s for s in found if freq[s] == best)
         if len(chosen) > 1:
-            graph.notes["sequences with several equally specific nested sequences"] += 1
+            graph.counts["sequences with several equally specific nested sequences"] += 1
         for inner in chosen:
             offset, other_strand = found[inner]
             strand = "the other strand" if other_strand else "the same strand"
@@ -411,7 +393,7 @@ def add_degenerate_forms(graph: Graph, enzymes: dict[str, Enzyme]) -> None:
         wider = [s for s in sites if s != site and len(s) == len(site) and match_offset(s, site) is not None]
         closest = [s for s in wider if not any(o != s and match_offset(s, o) is not None for o in wider)]
         if len(closest) > 1:
-            graph.notes["sequences with several incomparable degenerate forms (no `special case of` edge)"] += 1
+            graph.counts["sequences with several incomparable degenerate forms (no `special case of` edge)"] += 1
         if len(closest) != 1 or freq[closest[0]] < MIN_LINK_FREQ:
             continue
         form = closest[0]
@@ -667,7 +649,7 @@ def write_source_md(path: Path, numbers: dict[str, Any], graph: Graph, dropped: 
         f"Of the {len(linkable_sites(enzymes)[0]):,} recognition sequences compared (all but the two-alternative one),",
         "before the largest component is taken:",
         "",
-        *[f"- {topic}: {count:,}" for topic, count in sorted(graph.notes.items())],
+        *[f"- {topic}: {count:,}" for topic, count in sorted(graph.counts.items())],
         "",
         "## Graph check",
         "",
@@ -711,7 +693,7 @@ def main() -> None:
     write_jsonl(OUT_DIR / "triples.jsonl", triples)
     print("left out outside the largest component:", dropped_summary(graph, dropped, enzymes))
     print("suppliers left out:", left_out)
-    for topic, count in sorted(graph.notes.items()):
+    for topic, count in sorted(graph.counts.items()):
         print(f"{topic}: {count}")
     numbers = check_graph(entities, triples)
     write_source_md(OUT_DIR / "SOURCE.md", numbers, graph, dropped, left_out, renamed, enzymes)
