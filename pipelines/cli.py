@@ -584,13 +584,10 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 
     params = _with_domain_filter(_params(ctx), f"rl.stage{stage}", domains, exclude_domains)
     result = train_rl(params, int(stage), start=start, name=name, force=force)
-    meta = result.manifest.metadata
-    from pipelines.run import fmt_score
+    from pipelines.run import rl_summary
 
-    click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {result.manifest.rows.get('steps')} "
-               f"steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))} (first half) -> "
-               f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')}, "
-               f"{result.manifest.rows.get('correct_rollouts', 0)} correct rollouts kept -> {result.folder}")
+    click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {rl_summary(result.manifest)} -> "
+               f"{result.folder}")
 
 
 @cli.group("eval", invoke_without_command=True, subcommand_metavar="[compare RUN_A RUN_B]")

@@ -260,12 +260,18 @@ def rl_stage(params: Params, stage: int, *, force: bool, times: StageTimes, buil
 
     result = times.run(f"RL stage {stage}", train_rl, params, stage, force=force)
     built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
-    meta = result.manifest.metadata
-    print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, "
-          f"{result.manifest.rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))}"
-          f" -> {fmt_score(meta.get('reward_second_half_mean'))}, validation EM {meta.get('val_em')}, "
-          f"{result.manifest.rows.get('correct_rollouts', 0)} correct rollouts kept -> {result.folder}", flush=True)
+    print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, {rl_summary(result.manifest)} -> "
+          f"{result.folder}", flush=True)
     return result
+
+
+def rl_summary(manifest: Any) -> str:
+    """One line on an RL model's training (the CLI and `omne run` print it): steps, the mean reward of the first
+    and second half of them, validation EM, the correct rollouts kept."""
+    meta, rows = manifest.metadata, manifest.rows
+    return (f"{rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))} (first half) -> "
+            f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')}, "
+            f"{rows.get('correct_rollouts', 0)} correct rollouts kept")
 
 
 def fmt_score(value: float | None) -> str:
