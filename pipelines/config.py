@@ -111,6 +111,12 @@ class ToolParams(_Section):
     entity_matcher_top_k: int = Field(3, ge=1, le=100)
     node_info_max_neighbors: int | None = Field(15, ge=1)  # None: every neighbour (the Omne-R1 paper's)
     description_max_chars: int | None = Field(80, ge=20)  # entity/relation descriptions clipped to this; None: whole
+    # node_info's relation lines end with the relation's description (the Omne-R1 paper's) or not: a quick
+    # conversation's relation descriptions are ~250 of its ~1,500 tokens, and the label says the same hop
+    relation_descriptions: bool = False
+    # how the omne and kg_r1 system prompts list the tools: json (OpenAI function schemas, the papers') | signatures
+    # (one line each, "node_info(node_name, graph_type): description", ~190 fewer tokens in every prompt)
+    prompt_specs: Literal["json", "signatures"] = "signatures"
     search_top_relations: int = Field(3, ge=1)  # predicates kept by relevance to the question
     search_max_triples: int = Field(30, ge=1)
     kg_r1_max_items: int | None = Field(None, ge=1)  # cap of a KG-R1 list; None: all

@@ -151,6 +151,38 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
         "Emirates use?",
         "United Arab Emirates uses the UAE Dirham. That answers the question: UAE Dirham."]
     assert path_reading(graph, ["Abu Dhabi", "Atlantis"], edges[:1]) is None  # not in the graph: plain thoughts
+    # when node_info hides relation descriptions (tools.relation_descriptions: false) the thinking reads the labels
+    labels = path_reading(graph, names[:3], edges, descriptions=False)
+    assert labels is not None and labels.remaining == reading.remaining
+    assert labels.sentences == ["Abu Dhabi is the capital of United Arab Emirates",  # the label's phrasing
+                                "United Arab Emirates uses UAE Dirham"]
+
+
+def test_thinking_quotes_only_what_the_tool_responses_show(solar_qa: Params) -> None:
+    """Quick profile: relation lines without descriptions and the tools as signatures; a thought never quotes a
+    relation description the model was not shown. Paper profile's settings: descriptions shown, and quoted."""
+    import csv
+
+    described = [row["description"].rstrip(".") for row in
+                 csv.DictReader((solar_qa.root / "kg_assets" / "solar" / "triples.csv").open(encoding="utf-8"))]
+    remaining = solar_qa.sft_data.model_copy(update={"thinking": "remaining_question"})
+    quick = solar_qa.model_copy(update={"sft_data": remaining})
+    assert (quick.tools.relation_descriptions, quick.tools.prompt_specs) == (False, "signatures")
+    build_sft_conversations(quick, progress=False)
+    records = read_sft_conversations(quick)
+    text = "".join(t["value"] for r in records for t in r.conversations)
+    assert records and not any(d in text for d in described)
+    assert all("<tools>\nentity_matcher(node_name, graph_type): " in r.system and '"type": "function"' not in r.system
+               for r in records)
+    paper = quick.model_copy(update={"tools": quick.tools.model_copy(
+        update={"relation_descriptions": True, "prompt_specs": "json"})})
+    assert not build_sft_conversations(paper, progress=False).skipped  # both settings are in the fingerprint
+    records = read_sft_conversations(paper)
+    thoughts = "".join(t["value"].split("</think>")[0] for r in records for t in r.conversations if t["from"] == "gpt")
+    shown = "".join(t["value"] for r in records for t in r.conversations if t["from"] == "observation")
+    quoted = [d for d in described if d in thoughts]
+    assert quoted and all(d in shown for d in quoted)
+    assert all('<tools>\n{"type": "function", "function": {"name": "entity_matcher"' in r.system for r in records)
 
 
 def test_correct_rollouts_convert_and_wrong_ones_do_not(solar_qa: Params, toolbox) -> None:  # noqa: ANN001

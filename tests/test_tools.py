@@ -30,7 +30,38 @@ ENTITIES = {  # name -> description, as in tests/data/solar/entities.csv
     "Pisa": "", "The Hague": "", "Hanover": "", "Goshen": "",
 }
 
+# node_info as the quick profile writes it (tools.relation_descriptions: false): each relation by its label
 JUPITER = """Entity: Jupiter
+Type: planet
+Description: Gas giant and the largest planet.
+Relations (5):
+1. Jupiter -[orbits]-> Sun
+2. Callisto -[orbits]-> Jupiter
+3. Europa -[orbits]-> Jupiter
+4. Ganymede -[orbits]-> Jupiter
+5. Io -[orbits]-> Jupiter"""
+
+GALILEO = """Entity: Galileo Galilei
+Type: person
+Description: Italian astronomer.
+Relations (5):
+1. Galileo Galilei -[born in]-> Pisa
+2. Callisto -[discovered by]-> Galileo Galilei
+3. Europa -[discovered by]-> Galileo Galilei
+4. Ganymede -[discovered by]-> Galileo Galilei
+5. Io -[discovered by]-> Galileo Galilei"""
+
+SUN_RELATIONS = [
+    "1. Earth -[orbits]-> Sun",
+    "2. Jupiter -[orbits]-> Sun",
+    "3. Mars -[orbits]-> Sun",
+    "4. Neptune -[orbits]-> Sun",
+    "5. Saturn -[orbits]-> Sun",
+    "6. Uranus -[orbits]-> Sun",
+]
+
+# ... and as the paper profile does (tools.relation_descriptions: true): the relation's description after it
+JUPITER_PAPER = """Entity: Jupiter
 Type: planet
 Description: Gas giant and the largest planet.
 Relations (5):
@@ -40,7 +71,7 @@ Relations (5):
 4. Ganymede -[orbits]-> Jupiter: Ganymede is a Galilean moon of Jupiter.
 5. Io -[orbits]-> Jupiter: Io is a Galilean moon of Jupiter."""
 
-GALILEO = """Entity: Galileo Galilei
+GALILEO_PAPER = """Entity: Galileo Galilei
 Type: person
 Description: Italian astronomer.
 Relations (5):
@@ -50,7 +81,7 @@ Relations (5):
 4. Ganymede -[discovered by]-> Galileo Galilei: Ganymede was discovered by Galileo Galilei in 1610.
 5. Io -[discovered by]-> Galileo Galilei: Io was discovered by Galileo Galilei in 1610."""
 
-SUN_RELATIONS = [
+SUN_RELATIONS_PAPER = [
     "1. Earth -[orbits]-> Sun: Earth is the third planet from the Sun.",
     "2. Jupiter -[orbits]-> Sun: Jupiter is the fifth planet from the Sun.",
     "3. Mars -[orbits]-> Sun: Mars is the fourth planet from the Sun.",
@@ -124,7 +155,7 @@ def test_node_info_lists_entity_type_description_and_every_relation_in_order(too
     assert ok(toolbox, 'node_info(node_name="Galileo Galilei", graph_type="solar")') == GALILEO
     assert ok(toolbox, 'node_info(node_name="Pisa", graph_type="solar")') == (
         "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n"
-        "1. Galileo Galilei -[born in]-> Pisa: Galileo Galilei was born in Pisa in 1564.")
+        "1. Galileo Galilei -[born in]-> Pisa")
     # the same call twice, or from a fresh toolbox, gives the same text
     assert variant(toolbox).call('node_info("Jupiter", "solar")').content == JUPITER
 
@@ -143,9 +174,10 @@ def test_node_info_lists_everything_in_the_paper_profile(solar: Params, toolbox:
     assert paper.tools.node_info_max_neighbors is None
     box = KGToolbox(paper, encoder=toolbox.encoder)
     sun = ok(box, 'node_info(node_name="Sun", graph_type="solar")')
-    assert sun.split("\n")[3:] == ["Relations (6):", *SUN_RELATIONS]
+    assert sun.split("\n")[3:] == ["Relations (6):", *SUN_RELATIONS_PAPER]
     assert "not shown" not in sun
-    assert ok(box, 'node_info(node_name="Jupiter", graph_type="solar")') == JUPITER
+    assert ok(box, 'node_info(node_name="Jupiter", graph_type="solar")') == JUPITER_PAPER
+    assert ok(box, 'node_info(node_name="Galileo Galilei", graph_type="solar")') == GALILEO_PAPER
 
 
 # ----- KG-R1 actions --------------------------------------------------------------------------------------
@@ -548,7 +580,7 @@ def test_a_self_loop_is_listed_once(tmp_path: Path, toolbox: KGToolbox) -> None:
     assert ok(box, 'get_tail_entities(entity="Io", relation="resonates with")') == (
         'Tail entities for entity "Io" with relation "resonates with": Io')
     info = ok(box, 'node_info(node_name="Io", graph_type="solar")').split("\n")
-    loop = "Io -[resonates with]-> Io: Io is in resonance with itself."
+    loop = "Io -[resonates with]-> Io"
     searched = ok(box, 'search(entity="Io", question="What does Io resonate with?")').split("\n")
     assert (info[3], sum(line.endswith(loop) for line in info)) == ("Relations (3):", 1)
     assert searched.count("(Io, resonates with, Io)") == 1

@@ -24,11 +24,13 @@ from typing import Literal
 from pipelines.agent.calls import ToolSpec
 
 Mode = Literal["think", "no_think"]
+SpecStyle = Literal["json", "signatures"]
 NO_THINK_PREFIX = "<think>\n\n</think>\n"
 # The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
 # (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
 # change to a system_prompt below (or to the tool specs they list).
-PROMPT_VERSION = 2  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders
+PROMPT_VERSION = 3  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
+# 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too)
 
 
 @dataclass
@@ -68,10 +70,19 @@ class Protocol:
     uses_tools = True
     inline_responses = False  # search: the response is injected into the same assistant message
 
-    def __init__(self, tools: list[ToolSpec], *, max_rounds: int, mode: Mode = "think") -> None:
+    def __init__(self, tools: list[ToolSpec], *, max_rounds: int, mode: Mode = "think",
+                 specs: SpecStyle = "json") -> None:
         self.tools = tools
         self.max_rounds = max_rounds
         self.mode = mode
+        self.specs = specs  # how the system prompt lists the tools (tools.prompt_specs)
+
+    def tools_listing(self) -> str:
+        """The tools as the system prompt lists them inside <tools></tools>: JSON schemas (the papers') or one
+        signature line each (fewer tokens for a small model's context)."""
+        if self.specs == "signatures":
+            return "\n".join(spec.signature() for spec in self.tools)
+        return "\n".join(json.dumps(spec.json_schema(), ensure_ascii=False) for spec in self.tools)
 
     @property
     def stop(self) -> list[str]:
@@ -116,10 +127,6 @@ class Protocol:
         return TurnAction("none", text, think=think, errors=errors)
 
 
-def _schemas(tools: list[ToolSpec]) -> str:
-    return "\n".join(json.dumps(spec.json_schema(), ensure_ascii=False) for spec in tools)
-
-
 class OmneProtocol(Protocol):
     name = "omne"
 
@@ -139,7 +146,7 @@ class OmneProtocol(Protocol):
             "write only the name inside <answer> </answer>.",
         ]
         numbered = "\n".join(f"{i}. {rule}" for i, rule in enumerate(rules, 1))
-        return f"{numbered}\n\nYou have these tools:\n<tools>\n{_schemas(self.tools)}\n</tools>"
+        return f"{numbered}\n\nYou have these tools:\n<tools>\n{self.tools_listing()}\n</tools>"
 
 
 class KGR1Protocol(Protocol):
@@ -155,7 +162,7 @@ class KGR1Protocol(Protocol):
             'write one action inside <kg-query> </kg-query>, e.g. <kg-query>get_tail_relations("Iron")</kg-query>; '
             "the result comes back inside <information> </information>. "
             f"You can query knowledge up to {self.max_rounds - 1} times. Available actions: {names}.\n"
-            f"<tools>\n{_schemas(self.tools)}\n</tools>\n"
+            f"<tools>\n{self.tools_listing()}\n</tools>\n"
             'When you know the answer, give it as a list inside <answer> </answer>, e.g. <answer>["A", "B"]</answer>.'
         )
 

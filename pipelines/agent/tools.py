@@ -519,7 +519,8 @@ class KGToolbox:
         arrow = "->" if graph.directed else "--"
         for rank, r in enumerate(shown, start=1):
             head, tail = graph.names[graph.rel_src[r]], graph.names[graph.rel_dst[r]]
-            description = _clip(graph.rel_descriptions[r], self.tool_params.description_max_chars)
+            description = (_clip(graph.rel_descriptions[r], self.tool_params.description_max_chars)
+                           if self.tool_params.relation_descriptions else "")
             lines.append(f"{rank}. {head} -[{graph.rel_keywords[r]}]{arrow} {tail}"
                          + (f": {description}" if description else ""))
         if len(shown) < len(relations):

@@ -104,7 +104,8 @@ def make_protocol(params: Params, protocol: str, baseline: str | None) -> Protoc
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
     rounds = agent.kg_r1_max_queries + 1 if protocol == "kg_r1" else agent.max_rounds
-    return PROTOCOLS[protocol]([TOOL_SPECS[n] for n in TOOLS_OF[protocol]], max_rounds=rounds, mode=agent.mode)
+    return PROTOCOLS[protocol]([TOOL_SPECS[n] for n in TOOLS_OF[protocol]], max_rounds=rounds, mode=agent.mode,
+                               specs=params.tools.prompt_specs)
 
 
 def make_tasks(pairs: list[QAPair], toolbox: KGToolbox | None, params: Params, baseline: str | None,

@@ -24,10 +24,11 @@ _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
 
 
-def relation_sentence(graph: RelationGraph, relation: int) -> str:
-    """The first description line that names both ends of the relation, else a sentence from its keywords."""
+def relation_sentence(graph: RelationGraph, relation: int, *, descriptions: bool = True) -> str:
+    """The first description line that names both ends of the relation (``descriptions``), else a sentence from
+    its phrasebook entry or its keywords."""
     head, tail = graph.names[graph.src[relation]], graph.names[graph.dst[relation]]
-    for line in graph.rel_descriptions[relation].splitlines():
+    for line in graph.rel_descriptions[relation].splitlines() if descriptions else []:
         line = line.strip()
         if line and len(find_name(line, head) or []) == 1 and len(find_name(line, tail) or []) == 1:
             return _TRAILING.sub("", line)

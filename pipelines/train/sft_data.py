@@ -61,8 +61,10 @@ class SFTConversation(BaseModel):
     domain: str | None = None
 
 
-def omne_protocol(mode: str = "think") -> OmneProtocol:
-    return OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=7, mode=mode)  # type: ignore[arg-type]
+def omne_protocol(mode: str = "think", specs: str = "json") -> OmneProtocol:
+    """The omne protocol the conversations are written in; ``specs``: tools.prompt_specs."""
+    return OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=7, mode=mode,  # type: ignore[arg-type]
+                        specs=specs)  # type: ignore[arg-type]
 
 
 def _tools_text(protocol: OmneProtocol) -> str:
@@ -86,15 +88,19 @@ class PathReading(BaseModel):
     remaining: list[str]
 
 
-def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any]) -> PathReading | None:
-    """The reading of a gold path in its domain's graph; None when the graph does not hold the path."""
+def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *,
+                 descriptions: bool = True) -> PathReading | None:
+    """The reading of a gold path in its domain's graph; None when the graph does not hold the path.
+    ``descriptions``: each hop may be read from the relation's description (when node_info shows them), else
+    from its label's phrasing, so that a thought never quotes text the tool responses did not show."""
     ids = [graph.entity_id(n) for n in nodes]
     if any(i is None for i in ids):
         return None
     steps = resolve_steps(graph, ids, [e.keywords for e in edges])  # type: ignore[arg-type]
     if steps is None:
         return None
-    return PathReading(sentences=[relation_sentence(graph, step.relation) for step in steps],
+    return PathReading(sentences=[relation_sentence(graph, step.relation, descriptions=descriptions)
+                                  for step in steps],
                        remaining=remaining_questions(graph, ids[0], steps))  # type: ignore[arg-type]
 
 
@@ -143,7 +149,8 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
 
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
                           path_index: int = 0, misspell: random.Random | None = None,
-                          graph: RelationGraph | None = None, graph_name: str | None = None) -> SFTConversation | None:
+                          graph: RelationGraph | None = None, graph_name: str | None = None,
+                          specs: str = "json", relation_descriptions: bool = True) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -152,9 +159,11 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     (None when the name cannot be misspelled, the question does not name it once, or the matcher does not
     show it). ``graph``: the domain's relation graph, for the thinking's reading of the path (``path_reading``).
     ``graph_name``: the name the conversation gives the graph (an alias of the domain: prompt, thinking and calls
-    say it, the tools answer from the domain); None: the domain's own name.
+    say it, the tools answer from the domain); None: the domain's own name. ``specs``: how the system prompt lists
+    the tools (tools.prompt_specs); ``relation_descriptions``: whether node_info shows them (tools.
+    relation_descriptions), and so whether the thinking may quote them.
     """
-    protocol = omne_protocol(mode)
+    protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
     if gold is not None and not valid:
         return None
@@ -177,7 +186,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         return protocol.response_message(result.content)
 
     hops = len(edges)
-    reading = path_reading(graph, nodes, edges) if graph is not None else None
+    reading = path_reading(graph, nodes, edges, descriptions=relation_descriptions) if graph is not None else None
     thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
     call = _call("entity_matcher", query, shown)
@@ -412,6 +421,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     registered = load_registry(params.registry_path).names
     records: list[SFTConversation] = []
     skipped = 0
+    writing = {"mode": settings.mode, "specs": params.tools.prompt_specs,
+               "relation_descriptions": params.tools.relation_descriptions}
     if "template" in settings.sources:
         from tqdm.auto import tqdm
 
@@ -425,10 +436,10 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                 shown = (graph_alias(naming, words, registered)
                          if naming.random() < settings.renamed_graph_share else None)
                 if rng.random() < settings.misspelled_start_fraction:
-                    record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
-                                                   misspell=rng, graph=graphs.get(pair.domain), graph_name=shown)
+                    record = template_conversation(pair, gold, tools, misspell=rng, **writing, path_index=index,
+                                                   graph=graphs.get(pair.domain), graph_name=shown)
                 if record is None:
-                    record = template_conversation(pair, gold, tools, mode=settings.mode, path_index=index,
+                    record = template_conversation(pair, gold, tools, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown)
                 if record is None:
                     skipped += 1
@@ -451,7 +462,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
         else:
             from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 
-            engine = RolloutEngine(teacher, omne_protocol(settings.mode), tools,
+            engine = RolloutEngine(teacher, omne_protocol(settings.mode, params.tools.prompt_specs), tools,
                                    RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=0.0,
                                                  batch_size=params.agent.batch_size,
                                                  max_same_call=params.agent.max_same_call))
