@@ -127,6 +127,25 @@ def test_sampling_with_the_cache_is_seeded(tiny_llama: Path) -> None:
     assert [r.text for r in cached.complete_many(batch)] == [r.text for r in cached.complete_many(batch)]
 
 
+def test_rollouts_with_their_own_seeds_sample_in_one_batch(tiny_llama: Path) -> None:
+    """RL's rollouts of a question carry seed + sample each: the transformers backend samples them together
+    (one generator seeded by all their seeds), reproducibly, and the rows still differ."""
+    from pipelines.llm.local import batch_seed
+
+    cached = client(tiny_llama, batch_size=8)
+    sizes: list[int] = []
+    generate = cached.backend.generate
+    cached.backend.generate = lambda prompts, *a, **k: sizes.append(len(prompts)) or generate(prompts, *a, **k)
+    same = requests([], max_tokens=12, users=["Which moon orbits Mars?"] * 4)
+    rollouts = [r.model_copy(update={"temperature": 1.0, "seed": 11 + k}) for k, r in enumerate(same)]
+    first = [r.text for r in cached.complete_many(rollouts)]
+    assert sizes == [4]  # one batch, not one per seed
+    assert first == [r.text for r in cached.complete_many(rollouts)]
+    assert len(set(first)) > 1  # four samples, not one sample four times
+    assert batch_seed([5, 5]) == 5 and batch_seed([5, None]) is None
+    assert batch_seed([11, 12]) == batch_seed([11, 12]) != batch_seed([12, 11])
+
+
 def test_a_weight_update_drops_the_stored_states(tiny_llama: Path, stop: list[str]) -> None:
     import torch
 

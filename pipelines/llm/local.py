@@ -32,6 +32,18 @@ from pipelines.manifest import model_identity
 log = logging.getLogger(__name__)
 
 
+def batch_seed(seeds: Sequence[int | None]) -> int | None:
+    """The one seed of a sampled batch whose requests carry ``seeds``: theirs when they agree, else one drawn
+    from all of them (the same requests batched alike sample alike); None when any request is unseeded."""
+    if any(s is None for s in seeds):
+        return None
+    if len(set(seeds)) == 1:
+        return seeds[0]
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(repr(list(seeds)).encode()).digest()[:7], "big")
+
+
 def _device(choice: str) -> str:
     if choice != "auto":
         return choice
@@ -43,8 +55,9 @@ def _device(choice: str) -> str:
 class LocalChatClient:
     """A ``ChatClient`` that generates with a local model (``backend``) and the model's chat template.
 
-    Requests are generated in batches of ``batch_size`` (grouped by temperature, seed and stop strings,
-    sorted by prompt length): greedy when temperature is 0, else sampling seeded by the request's seed.
+    Requests are generated in batches of ``batch_size`` (grouped by temperature, stop strings and, unless the
+    backend ``mixes_seeds``, seed; sorted by prompt length): greedy when temperature is 0, else sampling seeded
+    by the requests' seeds (``batch_seed``).
     Greedy output does not depend on the batching. ``json_mode`` has no local equivalent (no constrained
     decoding): the repair round of ``complete_json_many`` covers it. Token counts come from the tokenizer;
     cost is 0. ``eos``: the token ids that end a reply (besides the tokenizer's padding)."""
@@ -124,14 +137,16 @@ class LocalChatClient:
             prompts, bounds = [self.prompt_ids(r) for r in requests], None
         groups: dict[tuple[float, int | None, tuple[str, ...]], list[int]] = {}
         for index, request in enumerate(requests):
-            sampling = request.temperature > 0
-            key = (request.temperature, request.seed if sampling else None, tuple(request.stop))
+            own_seed = request.temperature > 0 and not self.backend.mixes_seeds
+            key = (request.temperature, request.seed if own_seed else None, tuple(request.stop))
             groups.setdefault(key, []).append(index)
         with tqdm(total=len(requests), desc=desc, unit="req", disable=not progress) as bar:
             for (temperature, seed, stop), members in groups.items():
                 members.sort(key=lambda i: len(prompts[i]))
                 for start in range(0, len(members), self.batch_size):
                     batch = members[start:start + self.batch_size]
+                    if temperature > 0 and self.backend.mixes_seeds:
+                        seed = batch_seed([requests[i].seed for i in batch])
                     try:
                         replies = self._generate([prompts[i] for i in batch], [requests[i].max_tokens for i in batch],
                                                  temperature, seed, list(stop),
