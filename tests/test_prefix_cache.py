@@ -187,3 +187,8 @@ def test_stop_criteria_are_built_once(tiny_llama: Path) -> None:
     cached = client(tiny_llama)
     assert cached._stopping(["</answer>"]) is cached._stopping(["</answer>"])  # noqa: SLF001
     assert cached._stopping(["</answer>"]) is not cached._stopping(["</tool_call>"])  # noqa: SLF001
+    # a client made around the same tokenizer (RL: one per rollout call) reuses them
+    from pipelines.llm.local import TransformersChatClient
+
+    again = TransformersChatClient.from_model(cached.lm, cached.tokenizer, name="policy")
+    assert again._stopping(["</answer>"]) is cached._stopping(["</answer>"])  # noqa: SLF001

@@ -32,6 +32,11 @@ from pipelines.manifest import model_identity
 log = logging.getLogger(__name__)
 
 
+# stop-string criteria by (tokenizer id, stop strings), shared by every client: RL makes a client per rollout
+# call around the same tokenizer, and building them costs ~1 s of Python per call (2026-11-26)
+_STOP_CRITERIA: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}
+
+
 def batch_seed(seeds: Sequence[int | None]) -> int | None:
     """The one seed of a sampled batch whose requests carry ``seeds``: theirs when they agree, else one drawn
     from all of them (the same requests batched alike sample alike); None when any request is unseeded."""
@@ -247,7 +252,6 @@ class TransformersChatClient(LocalChatClient):
         self.prefix_store = PrefixStore(prefix_cache_mb << 20)
         self._store_owner: tuple[Any, ...] | None = None
         self._cacheable_for: tuple[Any, bool] | None = None
-        self._stop_criteria: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}
         # prefix cache path: prompt positions computed before generate (anchors included), reused from
         # the store, computed for first messages (anchors); seconds spent on them (and on anchors);
         # batches and rows
@@ -303,20 +307,20 @@ class TransformersChatClient(LocalChatClient):
             return output[:, width:].tolist()
 
     def _stopping(self, stop: list[str]) -> Any:
-        """The stop-string criteria for ``generate``, built once per tokenizer and stop strings. (Given
-        ``stop_strings``, ``generate`` builds them on every call, and their table cache in transformers
+        """The stop-string criteria for ``generate``, built once per tokenizer and stop strings (in any client).
+        (Given ``stop_strings``, ``generate`` builds them on every call, and their table cache in transformers
         never hits: its key holds the vocabulary in ``get_vocab()`` order, which changes between calls;
         building them costs 1-3 s of Python for a 49k-token vocabulary.)"""
         from transformers import StoppingCriteriaList
         from transformers.generation.stopping_criteria import StopStringCriteria
 
         key = (id(self.tokenizer), tuple(stop))
-        found = self._stop_criteria.get(key)
+        found = _STOP_CRITERIA.get(key)
         if found is None or found[0]() is not self.tokenizer:
             criteria = StoppingCriteriaList([StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))])
-            found = self._stop_criteria[key] = (weakref.ref(self.tokenizer), criteria)
-            while len(self._stop_criteria) > 16:
-                del self._stop_criteria[next(iter(self._stop_criteria))]
+            found = _STOP_CRITERIA[key] = (weakref.ref(self.tokenizer), criteria)
+            while len(_STOP_CRITERIA) > 16:
+                del _STOP_CRITERIA[next(iter(_STOP_CRITERIA))]
         return found[1]
 
     # ---------------------------------------------------------------------------------------
