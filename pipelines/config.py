@@ -344,7 +344,10 @@ class RLParams(_Section):
     # stage 3 on the quick profile: omne_stage3 alone pays half its maximum for a well-formed answer right after
     # entity_matcher, and a policy learns to answer the start entity; eog's gold-path coverage of the thinking
     # (from step 0) pays for the walk (docs/results.md, "Stages 1 and 3: RL")
-    stage3: RLStageParams = RLStageParams(rewards=["omne_stage3", "eog"], reward_options={"eog_path_start_step": 0})
+    # ... and whole SFT-model turns (128 tokens) for up to agent.max_rounds rounds: a 2-hop walk takes 4
+    stage3: RLStageParams = RLStageParams(rewards=["omne_stage3", "eog"], reward_options={"eog_path_start_step": 0},
+                                          max_steps=8, learning_rate=1e-4, max_new_tokens=128, max_rounds=None,
+                                          eval_every=4)
 
 
 class CheckParams(_Section):
