@@ -114,16 +114,10 @@ class ToolRollouts:
             self._fast_dir = None
 
     def __call__(self, prompts: list[list[dict[str, str]]], trainer: Any) -> dict[str, Any]:
-        seen: dict[str, int] = {}
-        tasks = []
-        for prompt in prompts:  # TRL repeats each prompt num_generations times: each copy its own sample
-            task = self.task_for(prompt)
-            seen[task.qa_id] = seen.get(task.qa_id, -1) + 1
-            tasks.append(task.model_copy(update={"sample": seen[task.qa_id]}))
+        tasks = numbered_samples([self.task_for(prompt) for prompt in prompts])
         synced = len(self.syncs)
         trajectories = self.roll_out(trainer.accelerator.unwrap_model(trainer.model), tasks,
-                                     temperature=self.stage.temperature,
-                                     seed=self.stage.seed * 100_003 + self.calls * 1009)
+                                     temperature=self.stage.temperature, seed=rollout_seed(self.stage.seed, self.calls))
         self.calls += 1
         encoded = [encode_trajectory(t, self.tokenizer, assistant_prefix=self.protocol.assistant_prefix(),
                                      inline_response=self.protocol.response_message if self.protocol.inline_responses
@@ -136,6 +130,22 @@ class ToolRollouts:
         return {"prompt_ids": [e.prompt_ids for e in encoded], "completion_ids": [e.completion_ids for e in encoded],
                 "logprobs": None, "env_mask": [e.env_mask for e in encoded], "trajectory": trajectories,
                 "turn_spans": [e.turn_spans for e in encoded]}
+
+
+def numbered_samples(tasks: list[Task]) -> list[Task]:
+    """Each copy of a task its own sample number (0, 1, ... in order): TRL repeats each prompt num_generations
+    times, and a rollout's seed is its step's seed + its sample, so the copies sample differently."""
+    seen: dict[str, int] = {}
+    numbered = []
+    for task in tasks:
+        seen[task.qa_id] = seen.get(task.qa_id, -1) + 1
+        numbered.append(task.model_copy(update={"sample": seen[task.qa_id]}))
+    return numbered
+
+
+def rollout_seed(stage_seed: int, call: int) -> int:
+    """The seed of a stage's ``call``-th rollout call (one per optimizer step): a new one every step."""
+    return stage_seed * 100_003 + call * 1009
 
 
 def log_rollout_metrics(trainer: Any, trajectories: list[Trajectory]) -> None:
