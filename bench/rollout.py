@@ -46,7 +46,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -522,6 +522,17 @@ TOY = {"questions": 2, "split": "train", "batch_size": 2, "max_new_tokens": 8, "
        "device": "cpu", "diagnose": 1, "force_tool_call": True, "decode_tokens": 16}
 
 
+def add_device_options(parser: BenchParser) -> None:
+    """--device and --threads (this benchmark's and bench/rl_step.py's)."""
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the model runs (auto: cuda when available)")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch intra-op threads on cpu (0: torch's default, one per core). 1 by default: on a "
+                             "shared machine torch's OpenMP threads lose their time slice whenever another process "
+                             "holds a core (a batch-1 forward measured 5x slower with 2 threads than with 1 under "
+                             "load)")
+
+
 def build_parser() -> BenchParser:
     parser = BenchParser(
         "rollout",
@@ -563,15 +574,9 @@ def build_parser() -> BenchParser:
                              "on its own (it answers in plain text in one turn: no KG call, one turn per question); "
                              "this stands in for a tool-using policy: --max-rounds turns per question with a KG call "
                              "in each")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="where the model runs (auto: cuda when available)")
+    add_device_options(parser)
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="model weights (auto: the client's choice, float32 on cpu, bfloat16 on cuda)")
-    parser.add_argument("--threads", type=int, default=1, metavar="N",
-                        help="torch intra-op threads on cpu (0: torch's default, one per core). 1 by default: on a "
-                             "shared machine torch's OpenMP threads lose their time slice whenever another process "
-                             "holds a core (a batch-1 forward measured 5x slower with 2 threads than with 1 under "
-                             "load)")
     parser.add_argument("--compare-plain", action="store_true",
                         help="also time both engines on the plain path (the local client without its prefix cache, "
                              "static cache and decode chunks, stop-string criteria rebuilt at every generate call: "
@@ -615,15 +620,22 @@ def bench_params(params: Params, args: argparse.Namespace) -> Params:
     return params.model_copy(update={"agent": agent})
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def start(args: argparse.Namespace, adjust: Callable[[Params, argparse.Namespace], Params]) -> Params:
+    """What a rollout benchmark does first (this one and bench/rl_step.py): quiet logging, torch's threads
+    (--threads), and the params: --params (--profile), or with --toy a throw-away project (the solar QA dataset,
+    the tiny llama) built in-process; ``adjust`` applies the script's options to them."""
     setup_logging(args.verbose, ("httpx", "filelock", "pipelines", "sentence_transformers", "transformers"))
-    started, load_start = time.perf_counter(), load_average()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.params is None:  # --toy: a throw-away project (solar QA dataset, tiny llama), built in-process
+    if args.params is None:
         args.params = toy_project(build="qa", model=True)
-    params = bench_params(load_params(args.params, args.profile), args)
+    return adjust(load_params(args.params, args.profile), args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started, load_start = time.perf_counter(), load_average()
+    params = start(args, bench_params)
     seed = params.eval.seed if args.seed is None else args.seed
 
     pairs = choose_questions(load_split(params, args.split), args.questions, seed)

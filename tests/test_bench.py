@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "sft_packing", "graph_names"]
+           "sft_precision", "sft_packing", "graph_names", "rl_step"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -176,6 +176,18 @@ def check_rl_curve(results: dict[str, Any]) -> list[str]:
     return ["train_s"]
 
 
+def check_rl_step(results: dict[str, Any]) -> list[str]:
+    setup, baseline, ours = results["setup"], results["baseline"], results["ours"]
+    assert setup["rollouts"] == 4 and setup["generations"] == 4 and setup["temperature"] == 1.0
+    assert baseline["questions"] == ours["questions"] == 4
+    # the baseline: one rollout per generate call; ours: a round's live rollouts together (all 4 in the first)
+    assert baseline["backend_max_rows"] == 1 and baseline["backend_generate_calls"] == baseline["turns"]
+    assert ours["backend_max_rows"] == 4 and ours["backend_generate_calls"] <= setup["max_rounds"]
+    assert ours["distinct_rollouts"] > 1  # four samples, not one sample four times
+    assert all(isinstance(v, bool) for v in results["same_tokens_every_round"].values())
+    return ["speedup", "throughput_ratio", "baseline.generated_tokens_per_s", "ours.generated_tokens_per_s"]
+
+
 def check_sft(results: dict[str, Any]) -> list[str]:
     assert set(results["models"]) == {"tiny"}
     tiny = results["models"]["tiny"]
@@ -234,7 +246,7 @@ def check_transfer(results: dict[str, Any]) -> list[str]:
 CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
-    "rl_curve": check_rl_curve, "sft": check_sft, "sft_precision": check_sft_precision,
+    "rl_curve": check_rl_curve, "rl_step": check_rl_step, "sft": check_sft, "sft_precision": check_sft_precision,
     "sft_packing": check_sft_packing,
     "orchestration": check_orchestration, "reliability": check_reliability}
 
