@@ -317,17 +317,30 @@ class RLStageParams(DomainSelection):
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
     # who generates the rollouts; None: agent.backend. A step's rollouts are short and its training forward/backward
-    # dominates, so on a CPU the onnx weight sync (~20 s) costs more than its faster generation saves (docs/rl.md)
-    backend: Literal["transformers", "onnx"] | None = "transformers"
+    # dominates, so on a CPU the onnx weight sync (~20 s) costs more than its faster generation saves (docs/rl.md).
+    # vllm: TRL's own vLLM engine, on a CUDA GPU machine only (docs/rl.md, "vLLM (GPU)")
+    backend: Literal["transformers", "onnx", "vllm"] | None = "transformers"
     # backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
     # (LoRA merged into a copy, converted, loaded; the sync time is logged as rollout/sync_s)
     sync_every: int = Field(1, ge=1)
+    # backend vllm: server (a `trl vllm-serve --model <start model>` process at vllm_server_base_url) | colocate
+    # (vLLM inside the training process, sharing its GPU); TRL pushes the policy's weights before each step's rollouts
+    vllm_mode: Literal["server", "colocate"] = "server"
+    vllm_server_base_url: str = "http://127.0.0.1:8000"  # backend vllm, server mode: where the server listens
+    # backend vllm, colocate mode: the GPU memory share vLLM reserves (weights and KV cache; TRL's default)
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, json_schema_extra=MEMORY_ONLY)
     logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)  # as sft.logprob_chunk_tokens
     seed: int = 0
 
     def rollout_backend(self, agent: AgentParams) -> str:
         """Who generates this stage's rollouts: its own ``backend``, else the agent's (evaluation's)."""
         return self.backend or agent.backend
+
+    def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
+        """As ``_Section``'s, without where the vLLM server runs, and without the vLLM settings unless vLLM
+        generates the rollouts (so the fingerprints of stages that do not use it stay as they were)."""
+        unused = {"vllm_server_base_url"} | (set() if self.backend == "vllm" else {"vllm_mode"})
+        return super().result_settings(set(exclude) | unused)
 
     @model_validator(mode="after")
     def _weights_match_rewards(self) -> RLStageParams:

@@ -11,7 +11,8 @@ only ``ChatClient``, whichever backend generates.
 Backends (``agent.backend``, ``llm.backend``): ``transformers``, the reference (the model in this
 process, ``TransformersChatClient``'s prefix cache and static-cache decoding), and ``onnx``, ONNX
 Runtime on the CPU (``pipelines.llm.onnx_backend``, from a folder converted by
-``pipelines.llm.onnx_export``). A GPU engine (e.g. vLLM) would be a third class with the same method.
+``pipelines.llm.onnx_export``). RL rollouts also take ``vllm`` (``rl.<stage>.backend``): TRL's own vLLM engine
+on a GPU (``pipelines.llm.trl_vllm``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 TRANSFORMERS = "transformers"
 ONNX = "onnx"
+VLLM = "vllm"  # RL rollouts only: TRL's vLLM engine, which TRL keeps in sync with the policy
 LOCAL_BACKENDS = (TRANSFORMERS, ONNX)
 
 

@@ -49,6 +49,12 @@ def batch_seed(seeds: Sequence[int | None]) -> int | None:
     return int.from_bytes(hashlib.sha256(repr(list(seeds)).encode()).digest()[:7], "big")
 
 
+def model_eos(lm: Any) -> set[int]:
+    """The token ids that end a model's replies (its generation config's ``eos_token_id``)."""
+    eos = lm.generation_config.eos_token_id
+    return {*([eos] if isinstance(eos, int) else (eos or []))}
+
+
 def _device(choice: str) -> str:
     if choice != "auto":
         return choice
@@ -242,9 +248,8 @@ class TransformersChatClient(LocalChatClient):
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
             self.lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype).to(device_used).eval()
-        eos = self.lm.generation_config.eos_token_id
         super().__init__(self.path, self.tokenizer, TransformersBackend(self), model=self.model, batch_size=batch_size,
-                         eos={*([eos] if isinstance(eos, int) else (eos or []))})
+                         eos=model_eos(self.lm))
         self.device = device_used
         self.prefix_cache = prefix_cache
         self.decode_chunk = decode_chunk

@@ -1,5 +1,6 @@
 """Scripted stand-ins for the external LLM endpoint: replay fixed replies to test prompts, parsing,
 retries and caching without a model. (The only stand-in the project allows: see the developers' guide.)
+``scripted_vllm_app`` plays a ``trl vllm-serve`` server for TRL's ``VLLMClient`` (RL rollouts with vLLM).
 
 Two levels: ``ScriptedChatClient`` replaces the client in-process; ``scripted_openai_app`` is a real
 OpenAI-compatible HTTP server (FastAPI, run by ``serve_in_thread``) so that the real SDK client, its
@@ -190,6 +191,42 @@ def scripted_openai_app(handler: Handler, latency_s: float = 0.0, *, model: str 
     for prefix in ("/v1", ""):
         app.add_api_route(f"{prefix}/chat/completions", chat, methods=["POST"])
         app.add_api_route(f"{prefix}/models", models, methods=["GET"])
+    return app
+
+
+TokenHandler = Callable[[list[int], dict[str, Any]], list[int]]
+
+
+def scripted_vllm_app(handler: TokenHandler, *, model: str = "scripted-vllm") -> FastAPI:
+    """A stand-in for a ``trl vllm-serve`` server (vLLM's OpenAI-compatible server) as TRL's ``VLLMClient`` talks
+    to it: ``/health``, ``/v1/models`` and ``/v1/completions`` with token-id prompts (``return_token_ids``).
+    Each prompt's completion tokens are ``handler(prompt_ids, request_json)``, ``n`` times; no log-probabilities.
+    ``app.state.log`` (``ScriptedServerLog``) keeps every completions request body."""
+    app = FastAPI(title="scripted vLLM server")
+    log = ScriptedServerLog()
+    app.state.log = log
+
+    async def health() -> dict[str, Any]:
+        return {}
+
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "omne"}]}
+
+    async def completions(request: Request) -> Response:
+        body = await request.json()
+        log._enter(body)
+        try:
+            rows = [prompt for prompt in body["prompt"] for _ in range(int(body.get("n", 1)))]
+            choices = [{"index": index, "text": "", "prompt_token_ids": prompt, "token_ids": handler(prompt, body),
+                        "logprobs": None, "finish_reason": "stop"} for index, prompt in enumerate(rows)]
+            return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion",
+                                 "created": int(time.time()), "model": model, "choices": choices})
+        finally:
+            log._exit()
+
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/models", models, methods=["GET"])
+    app.add_api_route("/v1/completions", completions, methods=["POST"])
     return app
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pipelines.agent.protocols import PROMPT_VERSION
 from pipelines.agent.rollout import Task
-from pipelines.config import Params
+from pipelines.config import Params, RLStageParams
 from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, rl_model_name
 from pipelines.manifest import BuildResult
 from pipelines.train.rl.data import rl_dataset, rl_questions, stage_params, validation_questions
@@ -115,6 +115,10 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     rewards, judge = stage_rewards(params, stage)  # refuses a reward that cannot be scored before any model loads
     output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
     start_folder = _start_model(params, stage, start)
+    backend = settings.rollout_backend(params.agent)
+    use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
+    if backend == "vllm":
+        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=use_cuda)  # before any model loads
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
               "start_model": model_identity(start_folder)}
@@ -144,10 +148,9 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     toolbox = KGToolbox(params)
     rollouts = ToolRollouts(protocol=protocol, tools=InProcessToolClient(toolbox), tokenizer=tokenizer, stage=settings,
                             tasks=tasks, max_length=settings.max_length, prefix_cache_mb=params.agent.prefix_cache_mb,
-                            batch_size=params.agent.batch_size, backend=settings.rollout_backend(params.agent),
+                            batch_size=params.agent.batch_size, backend=backend,
                             onnx_precision=params.agent.onnx_precision, sync_every=settings.sync_every,
                             max_same_call=params.agent.max_same_call)
-    use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
     rollouts_per_step = settings.questions_per_step * settings.num_generations
     micro = micro_batch_size(rollouts_per_step, settings.micro_batch)
     config = GRPOConfig(
@@ -160,7 +163,8 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         report_to="none", seed=settings.seed, bf16=use_bf16(settings.bf16, cuda=use_cuda), use_cpu=not use_cuda,
         max_completion_length=settings.max_length, disable_tqdm=not progress,
         reward_weights=settings.reward_weights, lr_scheduler_type="constant", warmup_steps=0,
-        remove_unused_columns=False, dataloader_num_workers=0, gradient_checkpointing=settings.gradient_checkpointing)
+        remove_unused_columns=False, dataloader_num_workers=0, gradient_checkpointing=settings.gradient_checkpointing,
+        **vllm_trainer_options(settings, backend))
     peft_config = None
     if settings.method == "lora":
         from peft import LoraConfig
@@ -173,6 +177,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         trainer = PPOToolTrainer(**common, value_model=_value_model(start_folder, params, tokenizer))
     else:
         trainer = ToolGRPOTrainer(**common)
+    rollouts.attach(trainer)  # backend vllm: the engine TRL made (validation rolls out before the first step)
     trainer.keeper = CorrectRollouts.beside(output)  # the exactly-correct rollouts, for the stage-2 SFT data
     if settings.resample == "hard_case":
         trainer.hard_case_conversations = gold_conversations(params, {p.id for p in pairs if p.bucket == "3+"})
@@ -208,16 +213,57 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     return BuildResult(folder=output, manifest=manifest)
 
 
+def vllm_trainer_options(settings: RLStageParams, backend: str) -> dict[str, Any]:
+    """GRPOConfig's vLLM settings for a stage whose rollouts vLLM generates (none otherwise): TRL then makes a
+    ``VLLMGeneration`` (``trainer.vllm_generation``) and pushes the policy's weights into it before each step's
+    rollouts. No importance-sampling correction: the rollouts hand TRL no sampling log-probabilities (the
+    trainer computes every log-probability with the training model, as with the other backends)."""
+    if backend != "vllm":
+        return {}
+    options: dict[str, Any] = {"use_vllm": True, "vllm_mode": settings.vllm_mode,
+                               "vllm_importance_sampling_correction": False}
+    if settings.vllm_mode == "server":
+        options["vllm_server_base_url"] = settings.vllm_server_base_url
+    else:
+        options["vllm_gpu_memory_utilization"] = settings.vllm_gpu_memory_utilization
+    return options
+
+
+def require_vllm(settings: RLStageParams, stage: int, served: Path, *, cuda: bool) -> None:
+    """Refuse vLLM rollouts where they cannot run (vllm not importable, no CUDA GPU), saying what they need;
+    ``served``: the model folder a ``trl vllm-serve`` server starts from."""
+    import importlib.util
+
+    from pipelines.errors import ConfigError
+
+    missing = [*([] if importlib.util.find_spec("vllm") is not None else ["vllm is not installed"]),
+               *([] if cuda else ["no CUDA GPU is in use (agent.device, torch.cuda)"])]
+    if not missing:
+        return
+    if settings.vllm_mode == "server":
+        how = (f"in server mode, `trl vllm-serve --model {served}` running at {settings.vllm_server_base_url} "
+               "(rl.<stage>.vllm_server_base_url; TRL pushes the policy's weights to it every step)")
+    else:
+        how = "in colocate mode, vLLM runs inside the training process on its GPU"
+    raise ConfigError(f"rl.stage{stage}.backend: vllm: {' and '.join(missing)}. vLLM rollouts need a CUDA GPU machine "
+                      f"with `pip install omne[vllm]` and, {how}; elsewhere use backend: transformers or onnx")
+
+
+def _full_model_folder(folder: Path, params: Params) -> Path:
+    """The full model folder under a start model: the folder itself, or an adapter's base (the PPO critic's trunk;
+    what a vLLM server loads: the merged weights reach it with TRL's first sync)."""
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        from pipelines.agent.models import adapter_base
+
+        return adapter_base(folder, params)
+    return folder
+
+
 def _value_model(folder: Path, params: Params, tokenizer: Any) -> Any:
     """The PPO critic: the start model's trunk with a fresh scalar head (one value per token)."""
     from transformers import AutoModelForTokenClassification
 
-    base = folder
-    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-        from pipelines.agent.models import adapter_base
-
-        base = adapter_base(folder, params)
-    critic = AutoModelForTokenClassification.from_pretrained(base, num_labels=1)
+    critic = AutoModelForTokenClassification.from_pretrained(_full_model_folder(folder, params), num_labels=1)
     if critic.get_input_embeddings().weight.shape[0] < len(tokenizer):
         critic.resize_token_embeddings(len(tokenizer))
     critic.config.pad_token_id = tokenizer.pad_token_id

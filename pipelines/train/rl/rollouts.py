@@ -39,7 +39,8 @@ class ToolRollouts:
     calls: int = 0
     prefix_cache_mb: int = 512  # the rollout client's prefix store (agent.prefix_cache_mb)
     batch_size: int | None = None  # episodes generated together at most (agent.batch_size: bounds the KV cache)
-    backend: str = "transformers"  # agent.backend: onnx generates from a converted copy of the policy
+    # rl.<stage>.backend (else agent.backend): onnx from a converted copy of the policy, vllm from TRL's engine
+    backend: str = "transformers"
     onnx_precision: str = "fp32"  # agent.onnx_precision
     sync_every: int = 1  # onnx: rollout calls between weight syncs (rl.<stage>.sync_every)
     max_same_call: int | None = None  # agent.max_same_call: a looping episode ends there
@@ -47,6 +48,7 @@ class ToolRollouts:
     _fast: Any = None  # onnx: the client of the last synced copy, its folder and the call it was synced at
     _fast_dir: Path | None = None
     _synced_at: int = -1
+    vllm: Any = None  # vllm: the trainer's VLLMGeneration (TRL syncs its weights), kept by ``attach``
 
     def task_for(self, prompt: list[dict[str, str]]) -> Task:
         return self.tasks[prompt[-1]["content"]]
@@ -63,6 +65,14 @@ class ToolRollouts:
         if self.backend == "onnx":
             client = self.synced_client(model)
             client.batch_size = size
+        elif self.backend == "vllm":
+            from pipelines.llm.local import model_eos
+            from pipelines.llm.trl_vllm import vllm_chat_client
+
+            if self.vllm is None:
+                raise RuntimeError("backend vllm: no vLLM engine attached (ToolRollouts.attach(trainer) first)")
+            client = vllm_chat_client(self.vllm, self.tokenizer, name="policy-vllm", batch_size=size,
+                                      eos=model_eos(model))
         else:
             client = TransformersChatClient.from_model(model, self.tokenizer, name="policy", batch_size=size,
                                                        prefix_cache_mb=self.prefix_cache_mb)
@@ -106,6 +116,12 @@ class ToolRollouts:
         log.info("policy weights synced to the onnx backend in %.1f s (rollout call %d)", self.syncs[-1], self.calls)
         return self._fast
 
+    def attach(self, trainer: Any) -> None:
+        """Keep the trainer's vLLM engine (backend vllm; TRL made it with ``use_vllm``): the validation callback rolls
+        out through it too, from the first step on."""
+        if self.backend == "vllm":
+            self.vllm = trainer.vllm_generation
+
     def close(self) -> None:
         """Drop the onnx copy of the policy (its session and folder)."""
         self._fast = None
@@ -116,6 +132,7 @@ class ToolRollouts:
     def __call__(self, prompts: list[list[dict[str, str]]], trainer: Any) -> dict[str, Any]:
         tasks = numbered_samples([self.task_for(prompt) for prompt in prompts])
         synced = len(self.syncs)
+        self.attach(trainer)
         trajectories = self.roll_out(trainer.accelerator.unwrap_model(trainer.model), tasks,
                                      temperature=self.stage.temperature, seed=rollout_seed(self.stage.seed, self.calls))
         self.calls += 1

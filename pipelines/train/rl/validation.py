@@ -24,6 +24,10 @@ class ValidationEM(TrainerCallback):
     def measure(self, step: int) -> float:
         from pipelines.eval.metrics import exact_match
 
+        if getattr(self.trainer, "use_vllm", False):  # rollouts from vLLM: with the weights of this step
+            from pipelines.llm.trl_vllm import sync_policy_weights
+
+            sync_policy_weights(self.trainer)
         tasks = [Task(qa_id=p.id, domain=p.domain, question=p.question, gold_answers=p.answers, bucket=p.bucket,
                       hops=p.hops) for p in self.pairs]
         trajectories = self.rollouts.roll_out(self.trainer.accelerator.unwrap_model(self.trainer.model), tasks,
