@@ -106,7 +106,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         sha256_files,
         write_manifest,
     )
-    from pipelines.train.memory import fused_logprob_tokens, release_memory
+    from pipelines.train.memory import fused_logprob_tokens, mmap_large_allocations, release_memory
     from pipelines.train.precision import use_bf16
     from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
     from pipelines.train.rl.validation import ValidationEM
@@ -144,6 +144,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     tasks = {row["prompt"][-1]["content"]: Task(qa_id=p.id, domain=p.domain, question=p.question,
                                                 gold_answers=p.answers, bucket=p.bucket, hops=p.hops)
              for row, p in zip(dataset, pairs, strict=True)}
+    mmap_large_allocations()  # as SFT: each step's activations (sized by its rollouts) would fragment the heap
     model, tokenizer = load_policy(start_folder, params)
     toolbox = KGToolbox(params)
     rollouts = ToolRollouts(protocol=protocol, tools=InProcessToolClient(toolbox), tokenizer=tokenizer, stage=settings,
