@@ -77,6 +77,35 @@ def mmap_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
+def malloc_trim() -> bool:
+    """Hand the free pages of the heap back to the OS, holes between live blocks included (glibc's
+    ``malloc_trim(0)``); False where malloc is not glibc's."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)  # glibc only
+    except OSError:  # pragma: no cover - no libc to load
+        return False
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def heap_trim_callback() -> Any:
+    """A transformers ``TrainerCallback`` that trims the heap after every optimizer step: a step's small
+    allocations (under the mmap threshold) leave freed holes that the next, differently sized step does not
+    fill, so the quick SFT's peak rose over its 60 steps (6.04 GiB; 5.30 GiB trimmed each step, 2026-11-26)."""
+    from transformers import TrainerCallback
+
+    class HeapTrim(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            malloc_trim()
+
+    return HeapTrim()
+
+
 def release_memory() -> None:
     """Collect reference cycles (trainers, patched models) and hand freed heap pages back to the OS."""
     gc.collect()
@@ -87,15 +116,7 @@ def release_memory() -> None:
             torch.cuda.empty_cache()
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
-    name = ctypes.util.find_library("c")
-    if name:
-        try:
-            libc = ctypes.CDLL(name)
-            trim = getattr(libc, "malloc_trim", None)  # glibc only
-            if trim is not None:
-                trim(0)
-        except OSError:  # pragma: no cover - no libc to load
-            pass
+    malloc_trim()
 
 
 # ----- estimates: what a stage needs on one device, from the model's config and the params -------------------

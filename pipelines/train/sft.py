@@ -264,7 +264,12 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     from trl import SFTConfig
 
     from pipelines.manifest import model_identity
-    from pipelines.train.memory import fused_logprob_tokens, mmap_large_allocations, release_memory
+    from pipelines.train.memory import (
+        fused_logprob_tokens,
+        heap_trim_callback,
+        mmap_large_allocations,
+        release_memory,
+    )
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer
 
     base_model_folder, output_folder = Path(base_model_folder), Path(output_folder)
@@ -316,6 +321,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         trainer = ThinkWeightedSFTTrainer(model=model, args=config, train_dataset=dataset,
                                           processing_class=tokenizer, peft_config=peft_config,
                                           think_weight=params.think_weight)
+        trainer.add_callback(heap_trim_callback())  # the heap's freed holes back to the OS after every step
         if not progress:
             from transformers.trainer_callback import PrinterCallback
 
