@@ -82,7 +82,7 @@ class Protocol:
         signature line each (fewer tokens for a small model's context)."""
         if self.specs == "signatures":
             return "\n".join(spec.signature() for spec in self.tools)
-        return "\n".join(json.dumps(spec.json_schema(), ensure_ascii=False) for spec in self.tools)
+        return tool_schemas(self.tools)
 
     @property
     def stop(self) -> list[str]:
@@ -125,6 +125,11 @@ class Protocol:
             return TurnAction("answer", text[:answer.end()], answer=value, think=think, errors=errors)
         errors.append("no_action")
         return TurnAction("none", text, think=think, errors=errors)
+
+
+def tool_schemas(tools: list[ToolSpec]) -> str:
+    """The tools' OpenAI function schemas, one JSON line each (the papers' prompt listing, ShareGPT's ``tools``)."""
+    return "\n".join(json.dumps(spec.json_schema(), ensure_ascii=False) for spec in tools)
 
 
 class OmneProtocol(Protocol):

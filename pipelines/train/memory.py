@@ -67,30 +67,30 @@ def mmap_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     here (set explicitly, it stays put), 4.9 GB at step 20. Generation is left alone: a KV cache grown token by
     token would get fresh zeroed pages each time.
     """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        mallopt = getattr(ctypes.CDLL(name), "mallopt", None)
-    except OSError:  # pragma: no cover - no libc to load
-        return False
+    mallopt = _glibc_function("mallopt")
     return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
 def malloc_trim() -> bool:
     """Hand the free pages of the heap back to the OS, holes between live blocks included (glibc's
     ``malloc_trim(0)``); False where malloc is not glibc's."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)  # glibc only
-    except OSError:  # pragma: no cover - no libc to load
-        return False
+    trim = _glibc_function("malloc_trim")
     if trim is None:
         return False
     trim(0)
     return True
+
+
+def _glibc_function(name: str) -> Any:
+    """The C library's function ``name`` (glibc's malloc tuning), or None where there is no such library or
+    function (another libc, no libc to load)."""
+    library = ctypes.util.find_library("c")
+    if not library:
+        return None
+    try:
+        return getattr(ctypes.CDLL(library), name, None)
+    except OSError:  # pragma: no cover - no libc to load
+        return None
 
 
 def heap_trim_callback() -> Any:

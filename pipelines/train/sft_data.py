@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipelines.agent.client import ToolClient
-from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol
+from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol, tool_schemas
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
@@ -65,10 +65,6 @@ def omne_protocol(mode: str = "think", specs: str = "json") -> OmneProtocol:
     """The omne protocol the conversations are written in; ``specs``: tools.prompt_specs."""
     return OmneProtocol([TOOL_SPECS[n] for n in OMNE_TOOLS], max_rounds=7, mode=mode,  # type: ignore[arg-type]
                         specs=specs)  # type: ignore[arg-type]
-
-
-def _tools_text(protocol: OmneProtocol) -> str:
-    return "\n".join(json.dumps(spec.json_schema(), ensure_ascii=False) for spec in protocol.tools)
 
 
 def _call(name: str, entity: str, domain: str) -> str:
@@ -205,8 +201,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
     return SFTConversation(id=f"{pair.id}-t{path_index}" + ("-m" if start_as else ""), graph_type=shown,
                            question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
-                           tools=_tools_text(protocol), conversations=turns, source="template", bucket=pair.bucket,
-                           domain=domain if shown != domain else None)
+                           tools=tool_schemas(protocol.tools), conversations=turns, source="template",
+                           bucket=pair.bucket, domain=domain if shown != domain else None)
 
 
 def trajectory_conversation(traj: Trajectory, *, source: str) -> SFTConversation | None:
@@ -228,7 +224,7 @@ def trajectory_conversation(traj: Trajectory, *, source: str) -> SFTConversation
             turns.append({"from": "human", "value": message["content"]})
     protocol = omne_protocol(traj.mode)
     return SFTConversation(id=f"{traj.qa_id}-{source}{traj.sample}", graph_type=traj.domain, question=traj.question,
-                           golden_answer=traj.gold_answers[0], system=system, tools=_tools_text(protocol),
+                           golden_answer=traj.gold_answers[0], system=system, tools=tool_schemas(protocol.tools),
                            conversations=turns, source=source, bucket=traj.bucket)
 
 

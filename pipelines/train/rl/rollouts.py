@@ -132,7 +132,6 @@ class ToolRollouts:
     def __call__(self, prompts: list[list[dict[str, str]]], trainer: Any) -> dict[str, Any]:
         tasks = numbered_samples([self.task_for(prompt) for prompt in prompts])
         synced = len(self.syncs)
-        self.attach(trainer)
         trajectories = self.roll_out(trainer.accelerator.unwrap_model(trainer.model), tasks,
                                      temperature=self.stage.temperature, seed=rollout_seed(self.stage.seed, self.calls))
         self.calls += 1
