@@ -46,6 +46,7 @@ See docs/benchmarks.md for the method and the results.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import logging
@@ -259,6 +260,7 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTTrainer
 
+    from pipelines.train.memory import labelled_positions_only
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer, _give_output_embeddings_a_bias
 
     settle()
@@ -280,7 +282,10 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
         examples = len(trainer.train_dataset)  # TRL drops the examples left with no assistant token
         trainer.remove_callback(PrinterCallback)
         timer.trainer = trainer
-        output = trainer.train()
+        # as train_sft: TRL's fused LM head projects only the trained positions (bench/sft_lm_head.py: every one)
+        scored = contextlib.nullcontext() if getattr(args, "all_positions", False) else labelled_positions_only()
+        with scored:
+            output = trainer.train()
         history = list(trainer.state.log_history)
         parts = extra_work(trainer, args, device) if measure_parts and kind == "weighted" else None
     marks = timer.marks

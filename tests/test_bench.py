@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "sft_packing", "graph_names", "rl_step"]
+           "sft_precision", "sft_packing", "sft_lm_head", "graph_names", "rl_step"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -212,6 +212,13 @@ def check_sft_packing(results: dict[str, Any]) -> list[str]:
             "result.summary.padding_free.assistant_tokens_per_s"]
 
 
+def check_sft_lm_head(results: dict[str, Any]) -> list[str]:
+    result = results["result"]
+    assert set(result["summary"]) == {"labelled", "every"} and 0 < result["assistant_token_share"] < 1
+    assert result["max_relative_loss_gap"] < 1e-3  # the same losses, step by step
+    return ["result.median_speedup", "result.summary.labelled.s_per_step", "result.summary.every.s_per_step"]
+
+
 def check_orchestration(results: dict[str, Any]) -> list[str]:
     stages = ["knowledge_graph", "entity_index", "seed_subgraphs", "qa_pairs", "gold_paths", "qa_dataset"]
     assert list(results["stages"]) == stages
@@ -247,7 +254,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
     "rl_curve": check_rl_curve, "rl_step": check_rl_step, "sft": check_sft, "sft_precision": check_sft_precision,
-    "sft_packing": check_sft_packing,
+    "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head,
     "orchestration": check_orchestration, "reliability": check_reliability}
 
 

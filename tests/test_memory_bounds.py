@@ -352,3 +352,47 @@ def test_large_allocations_go_back_to_the_os_when_freed() -> None:
 
     assert kept("default") > 200 and kept("mmap") < 32
     assert kept("trim") < 32  # malloc_trim returns the holes too (SFT's heap_trim_callback, every step)
+
+
+def test_labelled_positions_only_projects_the_trained_rows_with_the_same_values(monkeypatch: Any) -> None:
+    """On a CPU TRL's fused LM head projects every position of a sequence; inside ``labelled_positions_only``
+    only the positions whose next-token label is set reach the LM head (here 16 of 63), with the same
+    log-probabilities, entropies and gradients, and TRL's own switch is back afterwards."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl.trainer import utils as trl_utils
+
+    from pipelines.train.memory import labelled_positions_only
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=500, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    input_ids = torch.randint(0, 500, (1, 64))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 20:28] = input_ids[:, 20:28]  # two assistant turns: 8 + 8 trained targets
+    labels[:, 50:58] = input_ids[:, 50:58]
+    projected: list[int] = []
+    apply = trl_utils._ChunkedLogProbFunction.apply
+
+    def counting_apply(hidden: torch.Tensor, *args: Any) -> Any:
+        projected.append(hidden.shape[0])
+        return apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting_apply)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        out = model(input_ids=input_ids, labels=labels, fused_lm_head=True)
+        out.loss.backward()
+        return out.log_probs.detach(), out.entropy.detach(), [p.grad.clone() for p in model.parameters()]
+
+    switch = trl_utils._use_triton
+    every = run()
+    with labelled_positions_only():
+        labelled = run()
+    assert trl_utils._use_triton is switch
+    assert projected == [63, 16]
+    for a, b in zip(every[:2], labelled[:2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(every[2], labelled[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

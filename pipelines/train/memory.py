@@ -9,6 +9,9 @@ the tile's token count for a block of code (params ``sft.logprob_chunk_tokens``,
 ``rl.<stage>.logprob_chunk_tokens``). Tokens are independent rows of the tile, so the per-token values
 are the same computation; only the accumulation order of an LM-head weight gradient changes (fp32).
 
+``labelled_positions_only`` makes the head project only the positions that are trained, on a CPU too
+(TRL does so on CUDA only): fewer tiles, the same values.
+
 ``release_memory`` ends a training stage: a model patched by TRL (``model.forward`` bound to the model,
 PEFT wrappers, the trainer's callbacks holding the trainer) sits in reference cycles, which only the cyclic
 garbage collector frees, and glibc keeps freed heap pages mapped until ``malloc_trim``; in one ``omne run``
@@ -50,6 +53,28 @@ def fused_logprob_tokens(tokens: int | None) -> Iterator[None]:
         yield
     finally:
         chunked_logprob.TOKEN_CHUNK_SIZE = before
+
+
+@contextlib.contextmanager
+def labelled_positions_only() -> Iterator[None]:
+    """Within the block, TRL's fused LM head projects only the positions whose next-token label is set, on
+    every device: TRL does so on CUDA (its Triton kernels) but scores every position elsewhere, so that
+    Neuron's compiled tile shapes stay fixed. A CPU runs eagerly and has no such reason: in a quick SFT
+    conversation ~1 token in 5 is trained (assistant), and the projection of the other 4 onto the 49k
+    vocabulary, with its backward, was over a third of a step (2026-11-26: 1.63x the steps per second, the same
+    losses; bench/sft_lm_head.py). The per-token values are the same computation on fewer rows.
+    Without TRL's switch (another TRL version), the block runs unchanged."""
+    from trl.trainer import utils as trl_utils
+
+    before = getattr(trl_utils, "_use_triton", None)
+    if before is None:  # pragma: no cover - a TRL without the switch: its own choice stands
+        yield
+        return
+    trl_utils._use_triton = lambda device: True  # its only use in trl.trainer.utils: compact the positions
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = before
 
 
 MMAP_THRESHOLD_BYTES = 1 << 20  # allocations from 1 MiB up (tensors) get pages of their own

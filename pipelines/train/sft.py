@@ -267,6 +267,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     from pipelines.train.memory import (
         fused_logprob_tokens,
         heap_trim_callback,
+        labelled_positions_only,
         mmap_large_allocations,
         release_memory,
     )
@@ -341,7 +342,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         if len(prepared) == 0:
             raise ValueError(f"no SFT conversation fits max_length={params.max_length} (overlong=drop)")
         trainable_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-        with fused_logprob_tokens(params.logprob_chunk_tokens):
+        with fused_logprob_tokens(params.logprob_chunk_tokens), labelled_positions_only():
             output = trainer.train()
         history = list(trainer.state.log_history)
 

@@ -106,7 +106,12 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         sha256_files,
         write_manifest,
     )
-    from pipelines.train.memory import fused_logprob_tokens, mmap_large_allocations, release_memory
+    from pipelines.train.memory import (
+        fused_logprob_tokens,
+        labelled_positions_only,
+        mmap_large_allocations,
+        release_memory,
+    )
     from pipelines.train.precision import use_bf16
     from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
     from pipelines.train.rl.validation import ValidationEM
@@ -185,7 +190,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     validation = validation_questions(params, stage)
     if validation and settings.val_questions:
         trainer.add_callback(ValidationEM(trainer, rollouts, validation, settings.eval_every))
-    with fused_logprob_tokens(settings.logprob_chunk_tokens):
+    with fused_logprob_tokens(settings.logprob_chunk_tokens), labelled_positions_only():
         try:
             trainer.train()
         finally:
