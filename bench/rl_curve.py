@@ -108,14 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         "params": {"profile": params.profile, "stage": stage.model_dump(mode="json")},
         "stage": args.stage, "folder": str(result.folder), "skipped": result.skipped,
         "train_s": round(seconds, 1), "rewards": rewards,
-        "reward_first_half_mean": meta.get("reward_first_half_mean"),
-        "reward_second_half_mean": meta.get("reward_second_half_mean"),
+        "reward_first_third_mean": meta.get("reward_first_third_mean"),
+        "reward_last_third_mean": meta.get("reward_last_third_mean"),
         "val_em": meta.get("val_em"),
         "val_em_curve": [{"step": h["step"], "val_em": h["val_em"]} for h in history if "val_em" in h],
     }
     lines = [f"step {step:3d}  reward {value:.3f}" for step, value in enumerate(rewards, start=1)]
-    lines.append(f"mean reward first half {results['reward_first_half_mean']:.3f} -> second half "
-                 f"{results['reward_second_half_mean']:.3f}; validation EM {results['val_em']}; "
+    lines.append(f"mean reward first third {results['reward_first_third_mean']:.3f} -> last third "
+                 f"{results['reward_last_third_mean']:.3f}; validation EM {results['val_em']}; "
                  f"{seconds / 60:.1f} min ({'reused' if result.skipped else 'trained'}) -> {result.folder}")
     write_results(results, "\n".join(lines), args.out, started)
     return 0

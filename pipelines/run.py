@@ -267,10 +267,10 @@ def rl_stage(params: Params, stage: int, *, force: bool, times: StageTimes, buil
 
 def rl_summary(manifest: Any) -> str:
     """One line on an RL model's training (the CLI and `omne run` print it): steps, the mean reward of the first
-    and second half of them, validation EM, the correct rollouts kept."""
+    and last third of them, validation EM, the correct rollouts kept."""
     meta, rows = manifest.metadata, manifest.rows
-    return (f"{rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_half_mean'))} (first half) -> "
-            f"{fmt_score(meta.get('reward_second_half_mean'))} (second half), validation EM {meta.get('val_em')}, "
+    return (f"{rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_third_mean'))} (first third) "
+            f"-> {fmt_score(meta.get('reward_last_third_mean'))} (last third), validation EM {meta.get('val_em')}, "
             f"{rows.get('correct_rollouts', 0)} correct rollouts kept")
 
 

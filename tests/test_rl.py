@@ -375,3 +375,19 @@ def test_stage1_keeps_its_exactly_correct_rollouts_for_the_sft_data(solar_qa: Pa
     assert set(stats["dropped"]) <= {"duplicate"}  # the same question in both steps: the same walk, kept once
     assert all(format_problems(r) == [] and r.id.split("-agent")[0] in train for r in agent)
     assert any(key.endswith(CORRECT_ROLLOUTS_FILE) for key in data.manifest.inputs)
+
+
+def test_rl_summary_compares_the_first_and_last_third_of_the_steps() -> None:
+    """The manifest's trend is the mean reward of the first third of the steps against the last third (the
+    issue's test of a rising reward); validation EM and tool calls are read from their own log lines."""
+    from pipelines.train.rl.history import rl_summary
+
+    history = [{"step": i + 1, "reward": r, "rollout/tool_calls": 2.0} for i, r in enumerate([0.1, 0.3, 0.9, 0.2,
+                                                                                              0.4, 0.6, 0.5, 0.7, 0.8])]
+    history.insert(4, {"step": 4, "val_em": 0.5})
+    summary = rl_summary(history)
+    assert summary["steps_logged"] == 9 and summary["val_em"] == [0.5]
+    assert summary["reward_first_third_mean"] == pytest.approx((0.1 + 0.3 + 0.9) / 3)
+    assert summary["reward_last_third_mean"] == pytest.approx((0.5 + 0.7 + 0.8) / 3)
+    assert rl_summary([{"reward": 0.5}])["reward_last_third_mean"] == 0.5
+    assert rl_summary([])["reward_first_third_mean"] is None

@@ -17,8 +17,8 @@ def _model_metadata(result) -> dict:
     meta = result.manifest.metadata
     return {**manifest_metadata(folder=result.folder, manifest=result.manifest, reused=result.skipped),
             **{key: meta[key] for key in ("final_loss", "steps", "tokens_per_second", "assistant_tokens_per_second",
-                                          "trained_assistant_tokens", "reward_first_half_mean",
-                                          "reward_second_half_mean") if meta.get(key) is not None}}
+                                          "trained_assistant_tokens", "reward_first_third_mean",
+                                          "reward_last_third_mean") if meta.get(key) is not None}}
 
 
 @dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS)

@@ -7,15 +7,16 @@ from typing import Any
 
 
 def rl_summary(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """First and last mean reward, validation EM, tool calls: what a reader of the manifest wants first."""
+    """First and last mean reward, the mean of the first and of the last third of the steps (is the reward
+    rising, beyond one step's question?), validation EM, tool calls: what a reader of the manifest wants first."""
     rewards = [h["reward"] for h in history if "reward" in h]
     val = [h["val_em"] for h in history if "val_em" in h]
     calls = [h["rollout/tool_calls"] for h in history if "rollout/tool_calls" in h]
-    half = max(1, len(rewards) // 2)
+    third = max(1, len(rewards) // 3)
     return {"steps_logged": len(rewards), "reward_first": rewards[0] if rewards else None,
             "reward_last": rewards[-1] if rewards else None,
-            "reward_first_half_mean": sum(rewards[:half]) / half if rewards else None,
-            "reward_second_half_mean": (sum(rewards[half:]) / len(rewards[half:])) if rewards[half:] else None,
+            "reward_first_third_mean": sum(rewards[:third]) / third if rewards else None,
+            "reward_last_third_mean": sum(rewards[-third:]) / third if rewards else None,
             "val_em": val, "tool_calls_last": calls[-1] if calls else None}
 
 
