@@ -245,7 +245,7 @@ class SFTParams(_Section):
                                        min_length=1)  # 4 of Table 5's grid (the paper profile: all 8)
     sweep_max_steps: int | None = Field(None, ge=1)  # optimizer steps per sweep model; None: max_steps
     epochs: float = Field(3.0, gt=0)
-    max_steps: int = Field(60, ge=-1)  # optimizer steps; -1: epochs decide
+    max_steps: int = Field(120, ge=-1)  # optimizer steps; -1: epochs decide
     learning_rate: float | None = Field(1e-3, gt=0)  # None: by method (lora 1e-4, full 1e-5)
     warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)  # None: by method (lora 0.1, full 0.01)
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
