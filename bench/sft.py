@@ -587,6 +587,28 @@ def variant_results(name: str, args: argparse.Namespace, device: str) -> dict[st
             "load_average": {"start": load_average()}}
 
 
+def run_rows(summary: dict[str, dict[str, float]], columns: list[tuple[str, str, int, int]],
+             width: int = 9) -> list[str]:
+    """A variant table's header, rule and one row per run: ``columns`` are (title, summary key, width, decimals)."""
+    head = f"{'run':<{width}}" + "".join(f" {title:>{w}}" for title, _, w, _ in columns)
+    rows = [f"{kind:<{width}}" + "".join(f" {values[key]:>{w}.{d}f}" for _, key, w, d in columns)
+            for kind, values in summary.items()]
+    return [head, "-" * len(head), *rows]
+
+
+def run_variant(name: str, argv: list[str] | None, parse_args: Callable[[list[str] | None], argparse.Namespace],
+                run_pair: Callable[[Any, argparse.Namespace, str], dict[str, Any]],
+                table: Callable[[dict[str, Any]], str]) -> int:
+    """A two-way benchmark on the SmolLM2 subject of ``--data``'s conversations (sft_precision, sft_lm_head):
+    its options, ``run_pair``'s result under ``result``, the table printed and the JSON written."""
+    args = parse_args(argv)
+    device, started, conversations = start_variant(args)
+    results = variant_results(name, args, device)
+    subject = Subject("smollm2", args.model, conversations, args.max_length, args)
+    results["result"] = run_pair(subject, args, device)
+    return finish_variant(results, table, args, started)
+
+
 def load_footer(results: dict[str, Any]) -> str:
     """The table's last line: cores and the load average at start and end (how far from idle the run was)."""
     load = results["load_average"]

@@ -61,11 +61,8 @@ def render_table(results: dict[str, Any]) -> str:
              f"accumulation {a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
              f"runs alternated x {a['repeat']}; trained (assistant) share of the tokens: "
              f"{m['assistant_token_share']:.1%}", "",
-             f"{'run':<9} {'s/step':>8} {'tok/s':>8} {'assistant tok/s':>16}", "-" * 44]
-    for kind in RUNS:
-        s = m["summary"][kind]
-        lines.append(f"{kind:<9} {s['s_per_step']:>8.2f} {s['tokens_per_s']:>8.1f} "
-                     f"{s['assistant_tokens_per_s']:>16.1f}")
+             *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1),
+                                                ("assistant tok/s", "assistant_tokens_per_s", 16, 1)])]
     lines += ["", f"speed-up per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; largest relative gap "
                   f"between the two runs' losses of the same step: {m['max_relative_loss_gap']:.4%}",
               f"  {verdict(m['median_speedup'] >= TARGET_SPEEDUP)}  labelled >= {TARGET_SPEEDUP}x every position   "
@@ -81,12 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    device, started, conversations = sft_bench.start_variant(args)
-    results = sft_bench.variant_results("sft_lm_head", args, device)
-    subject = sft_bench.Subject("smollm2", args.model, conversations, args.max_length, args)
-    results["result"] = run_pair(subject, args, device)
-    return sft_bench.finish_variant(results, render_table, args, started)
+    return sft_bench.run_variant("sft_lm_head", argv, parse_args, run_pair, render_table)
 
 
 if __name__ == "__main__":

@@ -66,11 +66,9 @@ def render_table(results: dict[str, Any]) -> str:
              f"{results['device']}, {results['torch_threads']} threads",
              f"{results['data']['conversations']} conversations of at most {a['max_length']} tokens, "
              f"{a['warmup_steps']} warm-up + {a['steps']} timed steps per run, runs alternated x {a['repeat']}", "",
-             f"{'run':<13} {'s/step':>8} {'asst tok/s':>10} {'tok/s':>8}", "-" * 42]
-    for kind in RUNS:
-        s = m["summary"][kind]
-        lines.append(f"{kind:<13} {s['s_per_step']:>8.2f} {s['assistant_tokens_per_s']:>10.1f} "
-                     f"{s['tokens_per_s']:>8.1f}")
+             *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2),
+                                                ("asst tok/s", "assistant_tokens_per_s", 10, 1),
+                                                ("tok/s", "tokens_per_s", 8, 1)], width=13)]
     lines += ["", f"speed-up (padding-free / today, assistant tokens/s) per round: "
                   f"{', '.join(f'{x:.3f}' for x in m['speedups'])}; same assistant tokens in every step: "
                   f"{str(m['same_assistant_tokens_every_step']).lower()}"]

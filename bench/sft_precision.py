@@ -47,15 +47,13 @@ def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, A
 def render_table(results: dict[str, Any]) -> str:
     a, m = results["args"], results["result"]
     lines = [f"SFT step time, bf16 autocast vs fp32 (ThinkWeightedSFTTrainer, {Path(results['model']).name}, "
-             f"LoRA r={a['lora_r']}), device {results['device']} (native bf16: {results['native_bf16']}), "
+             f"LoRA r={a['lora_r']}), device {results['device']} (native bf16: {m['native_bf16']}), "
              f"{results['torch_threads']} threads",
              f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad "
              f"accumulation {a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
              f"runs alternated bf16/fp32 x {a['repeat']}", "",
-             f"{'run':<6} {'s/step':>8} {'tok/s':>8}", "-" * 24]
-    for kind in RUNS:
-        s = m["summary"][kind]
-        lines.append(f"{kind:<6} {s['s_per_step']:>8.2f} {s['tokens_per_s']:>8.1f}")
+             *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1)],
+                                 width=6)]
     lines += ["", f"speed-up fp32/bf16 per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; "
                   f"largest relative gap between the two runs' losses of the same step: "
                   f"{m['max_relative_loss_gap']:.2%}",
@@ -71,16 +69,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                         max_length=2048, steps=3, repeat=2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    device, started, conversations = sft_bench.start_variant(args)
+def run_pair_on_device(subject: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """``run_pair``, and whether this device multiplies bf16 natively (what ``bf16: auto`` decides on)."""
     from pipelines.train.precision import cpu_has_native_bf16
 
-    results = sft_bench.variant_results("sft_precision", args, device)
-    results["native_bf16"] = bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16()
-    subject = sft_bench.Subject("smollm2", args.model, conversations, args.max_length, args)
-    results["result"] = run_pair(subject, args, device)
-    return sft_bench.finish_variant(results, render_table, args, started)
+    result = run_pair(subject, args, device)
+    result["native_bf16"] = bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return sft_bench.run_variant("sft_precision", argv, parse_args, run_pair_on_device, render_table)
 
 
 if __name__ == "__main__":
