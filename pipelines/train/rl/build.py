@@ -107,6 +107,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         write_manifest,
     )
     from pipelines.train.memory import (
+        RL_MMAP_THRESHOLD_BYTES,
         fused_logprob_tokens,
         labelled_positions_only,
         mmap_large_allocations,
@@ -149,7 +150,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     tasks = {row["prompt"][-1]["content"]: Task(qa_id=p.id, domain=p.domain, question=p.question,
                                                 gold_answers=p.answers, bucket=p.bucket, hops=p.hops)
              for row, p in zip(dataset, pairs, strict=True)}
-    mmap_large_allocations()  # as SFT: each step's activations (sized by its rollouts) would fragment the heap
+    mmap_large_allocations(RL_MMAP_THRESHOLD_BYTES)  # each step's activations would otherwise fragment the heap
     model, tokenizer = load_policy(start_folder, params)
     toolbox = KGToolbox(params)
     rollouts = ToolRollouts(protocol=protocol, tools=InProcessToolClient(toolbox), tokenizer=tokenizer, stage=settings,
