@@ -72,6 +72,7 @@ from _common import (
     machine_info,
     settle,
     setup_logging,
+    verdict,
     write_results,
 )
 from _toy import tiny_model, toy_conversations
@@ -443,11 +444,11 @@ def render_table(results: dict[str, Any]) -> str:
         if name == "tiny":
             continue
         overhead = m["median_ratio"] - 1.0
-        verdict = "PASS" if overhead <= TARGET_OVERHEAD else "MISS"
+        passed = verdict(overhead <= TARGET_OVERHEAD)
         detail = [f"cpu time {m['median_cpu_ratio'] - 1.0:+.1%}"] if m["median_cpu_ratio"] is not None else []
         if m.get("extra_work_share") is not None:
             detail.append(f"extra work timed apart {m['extra_work_share']:+.3%}")
-        lines.append(f"  {verdict}  weighted think-loss overhead <= {TARGET_OVERHEAD:.0%}    "
+        lines.append(f"  {passed}  weighted think-loss overhead <= {TARGET_OVERHEAD:.0%}    "
                      f"{name:<9} wall {overhead:+.1%}" + (f"  ({'; '.join(detail)})" if detail else ""))
     lines.append(load_footer(results))
     return "\n".join(lines)
@@ -594,6 +595,17 @@ def run_rows(summary: dict[str, dict[str, float]], columns: list[tuple[str, str,
     rows = [f"{kind:<{width}}" + "".join(f" {values[key]:>{w}.{d}f}" for _, key, w, d in columns)
             for kind, values in summary.items()]
     return [head, "-" * len(head), *rows]
+
+
+def speedup_footer(results: dict[str, Any], label: str, claim: str, target: float,
+                   gap_format: str = ".2%") -> list[str]:
+    """A variant table's last lines: the speed-up of each round (``label``), the largest gap between the two runs'
+    losses of the same step, the verdict on ``claim`` (the median speed-up >= ``target``) and the load footer."""
+    m = results["result"]
+    return ["", f"{label} per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; largest relative gap between "
+                f"the two runs' losses of the same step: {m['max_relative_loss_gap']:{gap_format}}",
+            f"  {verdict(m['median_speedup'] >= target)}  {claim}   median {m['median_speedup']:.2f}x",
+            load_footer(results)]
 
 
 def run_variant(name: str, argv: list[str] | None, parse_args: Callable[[list[str] | None], argparse.Namespace],

@@ -31,7 +31,6 @@ import sys
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
-from _common import verdict
 
 TARGET_SPEEDUP = 1.2
 RUNS = ("labelled", "every")
@@ -63,11 +62,8 @@ def render_table(results: dict[str, Any]) -> str:
              f"{m['assistant_token_share']:.1%}", "",
              *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1),
                                                 ("assistant tok/s", "assistant_tokens_per_s", 16, 1)])]
-    lines += ["", f"speed-up per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; largest relative gap "
-                  f"between the two runs' losses of the same step: {m['max_relative_loss_gap']:.4%}",
-              f"  {verdict(m['median_speedup'] >= TARGET_SPEEDUP)}  labelled >= {TARGET_SPEEDUP}x every position   "
-              f"median {m['median_speedup']:.2f}x"]
-    lines.append(sft_bench.load_footer(results))
+    lines += sft_bench.speedup_footer(results, "speed-up", f"labelled >= {TARGET_SPEEDUP}x every position",
+                                      TARGET_SPEEDUP, gap_format=".4%")
     return "\n".join(lines)
 
 

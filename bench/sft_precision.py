@@ -26,7 +26,6 @@ from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
 import torch
-from _common import verdict
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("bf16", "fp32")
@@ -54,12 +53,7 @@ def render_table(results: dict[str, Any]) -> str:
              f"runs alternated bf16/fp32 x {a['repeat']}", "",
              *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1)],
                                  width=6)]
-    lines += ["", f"speed-up fp32/bf16 per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; "
-                  f"largest relative gap between the two runs' losses of the same step: "
-                  f"{m['max_relative_loss_gap']:.2%}",
-              f"  {verdict(m['median_speedup'] >= TARGET_SPEEDUP)}  bf16 >= {TARGET_SPEEDUP}x fp32   "
-              f"median {m['median_speedup']:.2f}x"]
-    lines.append(sft_bench.load_footer(results))
+    lines += sft_bench.speedup_footer(results, "speed-up fp32/bf16", f"bf16 >= {TARGET_SPEEDUP}x fp32", TARGET_SPEEDUP)
     return "\n".join(lines)
 
 
