@@ -33,6 +33,8 @@ RUNS = ("bf16", "fp32")
 
 def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
     """bf16 and fp32 in turn, ``--repeat`` each; the speed-up per round (fp32 s/step / bf16 s/step)."""
+    from pipelines.train.precision import cpu_has_native_bf16
+
     setups = {kind: lambda a, k=kind: setattr(a, "bf16", "true" if k == "bf16" else "false") for kind in RUNS}
     runs = sft_bench.alternate_runs(subject, args, device, setups)
     speedups = [f["s_per_step"] / b["s_per_step"] for b, f in zip(runs["bf16"], runs["fp32"], strict=True)]
@@ -40,6 +42,8 @@ def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, A
                  for b, f in zip(rb["losses"], rf["losses"], strict=False)]
     result = sft_bench.speedup_result(runs, ("s_per_step", "tokens_per_s"), speedups)
     result["max_relative_loss_gap"] = round(max(loss_gaps), 4) if loss_gaps else None
+    # whether this device multiplies bf16 natively (what bf16: auto decides on)
+    result["native_bf16"] = bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16()
     return result
 
 
@@ -63,17 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                         max_length=2048, steps=3, repeat=2)
 
 
-def run_pair_on_device(subject: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """``run_pair``, and whether this device multiplies bf16 natively (what ``bf16: auto`` decides on)."""
-    from pipelines.train.precision import cpu_has_native_bf16
-
-    result = run_pair(subject, args, device)
-    result["native_bf16"] = bool(torch.cuda.is_bf16_supported()) if device == "cuda" else cpu_has_native_bf16()
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
-    return sft_bench.run_variant("sft_precision", argv, parse_args, run_pair_on_device, render_table)
+    return sft_bench.run_variant("sft_precision", argv, parse_args, run_pair, render_table)
 
 
 if __name__ == "__main__":

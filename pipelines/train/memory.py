@@ -77,14 +77,14 @@ def labelled_positions_only() -> Iterator[None]:
         trl_utils._use_triton = before
 
 
-MMAP_THRESHOLD_BYTES = 4 << 20  # SFT: allocations from 4 MiB up (a layer's activations at ~1k tokens) get pages of
+SFT_MMAP_THRESHOLD_BYTES = 4 << 20  # SFT: allocations from 4 MiB up (a layer's activations at ~1k tokens) get pages of
 # their own. RL keeps 1 MiB: its steps are mostly generation, so the page faults cost little there, and its peak
 # is the one with a target (4 GB; quick stage 3 peaked at 3.87 GiB with 1 MiB, 2026-11-26)
 RL_MMAP_THRESHOLD_BYTES = 1 << 20
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
-def mmap_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+def mmap_large_allocations(threshold: int = SFT_MMAP_THRESHOLD_BYTES) -> bool:
     """From now on, serve every allocation of at least ``threshold`` bytes by its own ``mmap``, handed back to the
     OS the moment it is freed; False where malloc is not glibc's.
 

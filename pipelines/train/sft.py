@@ -265,6 +265,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
 
     from pipelines.manifest import model_identity
     from pipelines.train.memory import (
+        SFT_MMAP_THRESHOLD_BYTES,
         fused_logprob_tokens,
         heap_trim_callback,
         labelled_positions_only,
@@ -284,7 +285,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
             return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
 
-    mmap_large_allocations()  # step after step, activations would otherwise fragment the heap
+    mmap_large_allocations(SFT_MMAP_THRESHOLD_BYTES)  # step after step, activations would otherwise fragment the heap
     hyper = resolved_hyperparameters(params)
     bf16 = use_bf16(params.bf16)
     dataset = sft_dataset(conversations, mode=params.mode)
