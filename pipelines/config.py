@@ -114,6 +114,9 @@ class ToolParams(_Section):
     # node_info's relation lines end with the relation's description (the Omne-R1 paper's) or not: a quick
     # conversation's relation descriptions are ~250 of its ~1,500 tokens, and the label says the same hop
     relation_descriptions: bool = False
+    # node_info's relation lines give the other end's type ("-> Russia [territory]"): what a walk reached can be
+    # checked against what the question asks for before answering (off in the paper profile, as the paper's tool)
+    neighbor_types: bool = True
     # how the omne and kg_r1 system prompts list the tools: json (OpenAI function schemas, the papers') | signatures
     # (one line each, "node_info(node_name, graph_type): description", ~190 fewer tokens in every prompt)
     prompt_specs: Literal["json", "signatures"] = "signatures"

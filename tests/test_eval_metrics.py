@@ -271,6 +271,10 @@ def test_parse_triples_formats() -> None:
     assert parse_triples(NODE_INFO) == [("Mercury", "orbits", "Sun"), ("Venus", "near", "Mercury"),
                                         ("Mercury", "named after", "Hermes")]
     assert parse_triples("1. Mercury -[orbits]-- Sun") == [("Mercury", "orbits", "Sun")]  # undirected graph
+    # tools.neighbor_types: the other end written with its type is read by its name first, then as written
+    typed = "1. Mercury -[orbits]-> Sun [star]\n2. Venus (planet) [planet] -[near]-> Mercury: neighbours"
+    assert parse_triples(typed) == [("Mercury", "orbits", "Sun"), ("Venus (planet)", "near", "Mercury")]
+    assert _triple_alternatives(typed)[0] == (("Mercury", "orbits", "Sun"), ("Mercury", "orbits", "Sun [star]"))
     search = 'Triples of "Sun" relevant to the question:\n(Sun, part of, Solar System)\n(Mercury, orbits, Sun)'
     assert parse_triples(search) == [("Sun", "part of", "Solar System"), ("Mercury", "orbits", "Sun")]
     kg_r1 = 'Tail entities for entity "Sun" with relation "has planet": Mercury, Venus, … 6 more'

@@ -45,7 +45,7 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
         assert '"name": "node_info"' in record.tools and "<tools>" in record.system
         # the thinking: where the question starts, what each relation showed, then the answer
         thinks = [t["value"].split("</think>")[0].removeprefix("<think>") for t in turns if t["from"] == "gpt"]
-        assert thinks[0].startswith(f"The question starts from {pair.path[0]}.")
+        assert thinks[0].startswith(f"The question starts from {pair.path[0]}")  # (and asks for: its type)
         assert thinks[1].startswith(f"{pair.path[0]} is in the graph.")
         assert thinks[-1].endswith(f"That answers the question: {pair.answer}.")
     assert build_sft_conversations(solar_qa, progress=False).skipped
@@ -156,6 +156,25 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
     assert labels is not None and labels.remaining == reading.remaining
     assert labels.sentences == ["Abu Dhabi is the capital of United Arab Emirates",  # the label's phrasing
                                 "United Arab Emirates uses UAE Dirham"]
+    # when node_info shows the neighbours' types (tools.neighbor_types) the thinking names the type the question
+    # asks for, and writes it beside each hop's type just before choosing to walk on or to answer
+    typed = path_reading(graph, names[:3], edges, descriptions=False, types=True)
+    assert typed is not None and typed.types == ["city", "country", "currency"]
+    thoughts = path_thoughts(names[:3], edges, "geography", "UAE Dirham", typed)
+    assert thoughts[0] == ("The question starts from Abu Dhabi and asks for a currency. I look it up in the geography "
+                           "knowledge graph first.")
+    assert thoughts[2:] == [
+        "Abu Dhabi is the capital of United Arab Emirates. The question asks for a currency; United Arab Emirates is "
+        "a country. So the question becomes: Which currency does United Arab Emirates use?",
+        "United Arab Emirates uses UAE Dirham. The question asks for a currency; UAE Dirham is a currency. That "
+        "answers the question: UAE Dirham."]
+    same = typed.model_copy(update={"types": ["city", "currency", "currency"]})  # a bridge of the answer's type
+    assert "; United Arab Emirates is a currency too, but the question goes on from it. So the question becomes" \
+        in path_thoughts(names[:3], edges, "geography", "UAE Dirham", same)[2]
+    untyped = typed.model_copy(update={"types": ["city", None, "currency"]})  # an untyped bridge: no check
+    assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", untyped)[2] == (
+        "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: Which currency does United Arab "
+        "Emirates use?")
 
 
 def test_thinking_quotes_only_what_the_tool_responses_show(solar_qa: Params) -> None:

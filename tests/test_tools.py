@@ -30,34 +30,35 @@ ENTITIES = {  # name -> description, as in tests/data/solar/entities.csv
     "Pisa": "", "The Hague": "", "Hanover": "", "Goshen": "",
 }
 
-# node_info as the quick profile writes it (tools.relation_descriptions: false): each relation by its label
+# node_info as the quick profile writes it (tools.relation_descriptions: false, tools.neighbor_types: true): each
+# relation by its label, the other end with its type (an untyped one, Pisa, bare)
 JUPITER = """Entity: Jupiter
 Type: planet
 Description: Gas giant and the largest planet.
 Relations (5):
-1. Jupiter -[orbits]-> Sun
-2. Callisto -[orbits]-> Jupiter
-3. Europa -[orbits]-> Jupiter
-4. Ganymede -[orbits]-> Jupiter
-5. Io -[orbits]-> Jupiter"""
+1. Jupiter -[orbits]-> Sun [star]
+2. Callisto [moon] -[orbits]-> Jupiter
+3. Europa [moon] -[orbits]-> Jupiter
+4. Ganymede [moon] -[orbits]-> Jupiter
+5. Io [moon] -[orbits]-> Jupiter"""
 
 GALILEO = """Entity: Galileo Galilei
 Type: person
 Description: Italian astronomer.
 Relations (5):
 1. Galileo Galilei -[born in]-> Pisa
-2. Callisto -[discovered by]-> Galileo Galilei
-3. Europa -[discovered by]-> Galileo Galilei
-4. Ganymede -[discovered by]-> Galileo Galilei
-5. Io -[discovered by]-> Galileo Galilei"""
+2. Callisto [moon] -[discovered by]-> Galileo Galilei
+3. Europa [moon] -[discovered by]-> Galileo Galilei
+4. Ganymede [moon] -[discovered by]-> Galileo Galilei
+5. Io [moon] -[discovered by]-> Galileo Galilei"""
 
 SUN_RELATIONS = [
-    "1. Earth -[orbits]-> Sun",
-    "2. Jupiter -[orbits]-> Sun",
-    "3. Mars -[orbits]-> Sun",
-    "4. Neptune -[orbits]-> Sun",
-    "5. Saturn -[orbits]-> Sun",
-    "6. Uranus -[orbits]-> Sun",
+    "1. Earth [planet] -[orbits]-> Sun",
+    "2. Jupiter [planet] -[orbits]-> Sun",
+    "3. Mars [planet] -[orbits]-> Sun",
+    "4. Neptune [planet] -[orbits]-> Sun",
+    "5. Saturn [planet] -[orbits]-> Sun",
+    "6. Uranus [planet] -[orbits]-> Sun",
 ]
 
 # ... and as the paper profile does (tools.relation_descriptions: true): the relation's description after it
@@ -155,7 +156,13 @@ def test_node_info_lists_entity_type_description_and_every_relation_in_order(too
     assert ok(toolbox, 'node_info(node_name="Galileo Galilei", graph_type="solar")') == GALILEO
     assert ok(toolbox, 'node_info(node_name="Pisa", graph_type="solar")') == (
         "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n"
-        "1. Galileo Galilei -[born in]-> Pisa")
+        "1. Galileo Galilei [person] -[born in]-> Pisa")
+    # a neighbour's name copied with its type finds the entity when the type is its own
+    assert ok(toolbox, 'node_info(node_name="Sun [star]", graph_type="solar")').split("\n")[:2] == [
+        'No entity is named "Sun [star]"; the closest is "Sun".', "Entity: Sun"]
+    # tools.neighbor_types: false (the paper's tool) lists the names alone
+    untyped = ok(variant(toolbox, neighbor_types=False), 'node_info(node_name="Jupiter", graph_type="solar")')
+    assert untyped == JUPITER.replace(" [star]", "").replace(" [moon]", "")
     # the same call twice, or from a fresh toolbox, gives the same text
     assert variant(toolbox).call('node_info("Jupiter", "solar")').content == JUPITER
 
@@ -171,7 +178,7 @@ def test_node_info_caps_neighbours_with_a_marker(toolbox: KGToolbox) -> None:
 
 def test_node_info_lists_everything_in_the_paper_profile(solar: Params, toolbox: KGToolbox) -> None:
     paper = load_params(solar.root / "params.yaml", "paper")
-    assert paper.tools.node_info_max_neighbors is None
+    assert paper.tools.node_info_max_neighbors is None and not paper.tools.neighbor_types
     box = KGToolbox(paper, encoder=toolbox.encoder)
     sun = ok(box, 'node_info(node_name="Sun", graph_type="solar")')
     assert sun.split("\n")[3:] == ["Relations (6):", *SUN_RELATIONS_PAPER]

@@ -28,9 +28,10 @@ SpecStyle = Literal["json", "signatures"]
 NO_THINK_PREFIX = "<think>\n\n</think>\n"
 # The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
 # (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
-# change to a system_prompt below (or to the tool specs they list).
-PROMPT_VERSION = 3  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
-# 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too)
+# change to a system_prompt below (or to the tool specs they list, or to the text the tools answer with).
+PROMPT_VERSION = 4  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
+# 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too);
+# 4: node_info writes each neighbour's type after its name, "Russia [territory]" (tools.neighbor_types)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from pipelines.config import Params
 from pipelines.domains import load_registry
 from pipelines.errors import ArtifactMissingError, RegistryError
 from pipelines.kg.embed import Encoder
-from pipelines.kg.model import normalise_key
+from pipelines.kg.model import TYPED_NAME, normalise_key, shown_type
 from pipelines.layout import kg_dir
 from pipelines.manifest import MANIFEST_NAME
 
@@ -472,6 +472,10 @@ class KGToolbox:
         With a scope, an entity outside it is not found, and the fallback looks among those inside.
         """
         found = graph.lookup(name)
+        if found is None and (typed := TYPED_NAME.match(name)):  # a neighbour copied with its type, "Sun [star]"
+            found = graph.lookup(typed["name"])
+            if found is not None and shown_type(graph.types[found]) != typed["type"].strip():
+                found = None
         if found is not None and allowed is not None and found not in allowed.members:
             found = None
         if found is not None or not fuzzy or graph.vectors is None or not name.strip():
@@ -517,8 +521,10 @@ class KGToolbox:
         cap = self.tool_params.node_info_max_neighbors
         shown = relations if cap is None else relations[:cap]
         arrow = "->" if graph.directed else "--"
+        typed = self.tool_params.neighbor_types
         for rank, r in enumerate(shown, start=1):
-            head, tail = graph.names[graph.rel_src[r]], graph.names[graph.rel_dst[r]]
+            head, tail = (self._neighbor(graph, int(end)) if typed and end != entity else graph.names[end]
+                          for end in (graph.rel_src[r], graph.rel_dst[r]))
             description = (_clip(graph.rel_descriptions[r], self.tool_params.description_max_chars)
                            if self.tool_params.relation_descriptions else "")
             lines.append(f"{rank}. {head} -[{graph.rel_keywords[r]}]{arrow} {tail}"
@@ -526,6 +532,13 @@ class KGToolbox:
         if len(shown) < len(relations):
             lines.append(f"… {len(relations) - len(shown)} more relations not shown")
         return "\n".join(lines)
+
+    @staticmethod
+    def _neighbor(graph: DomainGraph, entity: int) -> str:
+        """A neighbour as node_info lists it with tools.neighbor_types: its name, then its type in square brackets
+        (round ones end many names, "Latakia (subdivision of Syria)"; square ones almost none)."""
+        kind = shown_type(graph.types[entity])
+        return graph.names[entity] if kind is None else f"{graph.names[entity]} [{kind}]"
 
     # ----- KG-R1 actions -------------------------------------------------------------------------------
     def _listed(self, items: list[str]) -> str:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.schema import HOP_GROUPS, SCORE_FIELDS, Behaviour, Efficiency, EvalMetrics, Scores, hops_key
 from pipelines.eval.stats import wilson_interval
-from pipelines.kg.model import normalise_key
+from pipelines.kg.model import TYPED_NAME, normalise_key
 from pipelines.qa.models import GoldPath
 from pipelines.qa.names import mentions
 
@@ -358,6 +358,12 @@ def _paren_alternatives(inner: str) -> list[Triple]:
     return [(", ".join(parts[:i]), ", ".join(parts[i:j]), ", ".join(parts[j:])) for i, j in splits]
 
 
+def _untyped(name: str) -> str:
+    """A node_info neighbour's name without the type tools.neighbor_types writes after it ("Sun [star]")."""
+    typed = TYPED_NAME.match(name)
+    return typed["name"] if typed else name
+
+
 @lru_cache(maxsize=8192)  # the same node_info response comes back in many episodes
 def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
     """Triples in a tool response, each as its possible readings (one, unless the text is ambiguous)."""
@@ -395,12 +401,15 @@ def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
                 continue
         m = _NODE_INFO_LINE.match(line)
         if m:
-            out.append(((m["h"].strip(), m["r"].strip(), m["t"].strip()),))
+            shown = (m["h"].strip(), m["r"].strip(), m["t"].strip())
+            plain = (_untyped(shown[0]), shown[1], _untyped(shown[2]))
+            out.append((plain, shown) if plain != shown else (shown,))
     return tuple(out)
 
 
 def parse_triples(text: str) -> list[Triple]:
-    """Triples listed in a tool response: omne ``node_info`` lines ("A -[label]-> B: description"),
+    """Triples listed in a tool response: omne ``node_info`` lines ("A -[label]-> B: description", a neighbour
+    typed as "B [type]" read as B first, then as written),
     KG-R1 entity lists, "(head, relation, tail)" lines (search) and JSON triple lists.
 
     Ambiguous "(a, b, c, d)" lines (a name with a comma) give their first reading here.

@@ -37,6 +37,17 @@ def normalise_key(name: str) -> str:
     return text.casefold()
 
 
+# an entity named with its type, as node_info lists a neighbour (tools.neighbor_types): "Sun [star]"; square
+# brackets, as round ones end many names ("Latakia (subdivision of Syria)") and square ones almost none
+TYPED_NAME = re.compile(r"^\s*(?P<name>.*?\S)\s+\[(?P<type>[^\[\]]+)\]\s*$")
+
+
+def shown_type(entity_type: str | None) -> str | None:
+    """The type written beside an entity's name ("Russia [territory]"); None for an untyped one, shown bare."""
+    kind = (entity_type or "").strip()
+    return kind if kind and kind.lower() not in {"unknown", "none"} else None
+
+
 @dataclass(frozen=True)
 class RawGraph:
     """Records as an importer read them; ``origin`` says where each came from (file:line) for errors."""

@@ -32,6 +32,7 @@ from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol, tool_schemas
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
+from pipelines.kg.model import shown_type
 from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conversations_dir
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.names import mentions
@@ -43,7 +44,8 @@ from pipelines.train.graph_names import alias_words, graph_alias
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 3  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better
+TEMPLATE_VERSION = 4  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
+# 4 checks each hop's type against the question's (with tools.neighbor_types)
 # (sft_data.thinking, also in the fingerprint, picks 3's "relations" text or the "remaining_question" one)
 
 
@@ -82,13 +84,16 @@ class PathReading(BaseModel):
 
     sentences: list[str]
     remaining: list[str]
+    # each node's type as node_info shows it beside a neighbour (tools.neighbor_types); empty when it does not
+    types: list[str | None] = []
 
 
 def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *,
-                 descriptions: bool = True) -> PathReading | None:
+                 descriptions: bool = True, types: bool = False) -> PathReading | None:
     """The reading of a gold path in its domain's graph; None when the graph does not hold the path.
     ``descriptions``: each hop may be read from the relation's description (when node_info shows them), else
-    from its label's phrasing, so that a thought never quotes text the tool responses did not show."""
+    from its label's phrasing, so that a thought never quotes text the tool responses did not show; ``types``:
+    whether node_info shows the neighbours' types (and so whether the thinking may check them)."""
     ids = [graph.entity_id(n) for n in nodes]
     if any(i is None for i in ids):
         return None
@@ -97,7 +102,30 @@ def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *,
         return None
     return PathReading(sentences=[relation_sentence(graph, step.relation, descriptions=descriptions)
                                   for step in steps],
-                       remaining=remaining_questions(graph, ids[0], steps))  # type: ignore[arg-type]
+                       remaining=remaining_questions(graph, ids[0], steps),  # type: ignore[arg-type]
+                       types=[shown_type(graph.types[i]) for i in ids] if types else [])  # type: ignore[index]
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def asked_type(reading: PathReading | None) -> str | None:
+    """The type the question asks for (its answer's, as node_info shows it); None when types are not shown."""
+    return reading.types[-1] if reading is not None and reading.types else None
+
+
+def type_check(reading: PathReading, node: int, name: str) -> str:
+    """The thinking's check of what a hop reached against what the question asks for (the answer's type), the
+    two types written side by side just before the choice between walking on and answering, so that a small model
+    compares two words it has just written ("The question asks for a language; Russia is a territory."); "" when
+    either type is not shown."""
+    reached, asked = (reading.types[node], asked_type(reading)) if reading.types else (None, None)
+    if reached is None or asked is None:
+        return ""
+    if node < len(reading.types) - 1 and reached == asked:
+        return f" The question asks for {_a(asked)}; {name} is {_a(reached)} too, but the question goes on from it."
+    return f" The question asks for {_a(asked)}; {name} is {_a(reached)}."
 
 
 def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
@@ -112,15 +140,19 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
     SmolLM2-135M: the model wrote "2 hops" for every question and walked on past the answer; README, Stage 2.)"""
     hops, start = len(edges), nodes[0]
     sentences = reading.sentences if reading else [keyword_sentence(e.src, e.keywords, e.dst) for e in edges]
-    thoughts = [f"The question starts from {start}. I look it up in the {domain} knowledge graph first.",
+    asked = asked_type(reading)
+    asks = f" and asks for {_a(asked)}" if asked else ""
+    thoughts = [f"The question starts from {start}{asks}. I look it up in the {domain} knowledge graph first.",
                 f"{start} is in the graph. Its relations show where the question leads."]
     for i in range(1, hops):
         if reading:
-            thoughts.append(f"{sentences[i - 1]}. So the question becomes: {reading.remaining[i - 1]}")
+            thoughts.append(f"{sentences[i - 1]}.{type_check(reading, i, nodes[i])} So the question becomes: "
+                            f"{reading.remaining[i - 1]}")
         else:
             thoughts.append(f"{sentences[i - 1]}, so the question continues from {nodes[i]}. I look at its "
                             f"relations next.")
-    thoughts.append(f"{sentences[-1]}. That answers the question: {answer}.")
+    checked = type_check(reading, hops, answer) if reading else ""
+    thoughts.append(f"{sentences[-1]}.{checked} That answers the question: {answer}.")
     return thoughts
 
 
@@ -146,7 +178,8 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
                           path_index: int = 0, misspell: random.Random | None = None,
                           graph: RelationGraph | None = None, graph_name: str | None = None,
-                          specs: str = "json", relation_descriptions: bool = True) -> SFTConversation | None:
+                          specs: str = "json", relation_descriptions: bool = True,
+                          neighbor_types: bool = False) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -157,7 +190,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     ``graph_name``: the name the conversation gives the graph (an alias of the domain: prompt, thinking and calls
     say it, the tools answer from the domain); None: the domain's own name. ``specs``: how the system prompt lists
     the tools (tools.prompt_specs); ``relation_descriptions``: whether node_info shows them (tools.
-    relation_descriptions), and so whether the thinking may quote them.
+    relation_descriptions), and so whether the thinking may quote them; ``neighbor_types``: whether node_info shows
+    the neighbours' types (tools.neighbor_types), and so whether the thinking checks them (``type_check``).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -182,7 +216,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         return protocol.response_message(result.content)
 
     hops = len(edges)
-    reading = path_reading(graph, nodes, edges, descriptions=relation_descriptions) if graph is not None else None
+    reading = (path_reading(graph, nodes, edges, descriptions=relation_descriptions, types=neighbor_types)
+               if graph is not None else None)
     thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
     call = _call("entity_matcher", query, shown)
@@ -418,7 +453,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     records: list[SFTConversation] = []
     skipped = 0
     writing = {"mode": settings.mode, "specs": params.tools.prompt_specs,
-               "relation_descriptions": params.tools.relation_descriptions}
+               "relation_descriptions": params.tools.relation_descriptions,
+               "neighbor_types": params.tools.neighbor_types}
     if "template" in settings.sources:
         from tqdm.auto import tqdm
 
