@@ -135,7 +135,8 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
 
     With a ``reading`` (``sft_data.thinking: remaining_question``) each hop's thinking says the relation as the
     KG describes it and what is left of the question, the nested question read one clause at a time, so that
-    where the walk is and when the next relation answers are written out; without one it names the relation
+    where the walk is and when the next relation answers are written out (with the reading's types, the type the
+    question asks for is named first and checked at each hop: ``type_check``); without one it names the relation
     read and the next entity. (A variant that counted the hops, "Hop i of n", did worse with
     SmolLM2-135M: the model wrote "2 hops" for every question and walked on past the answer; README, Stage 2.)"""
     hops, start = len(edges), nodes[0]
