@@ -63,6 +63,11 @@ MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at 
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
 
+def indefinite(noun: str) -> str:
+    """The noun with its indefinite article: "an isotope", "a country"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 class _Bridges:
     """How the bridges of a 3+-hop question are introduced and referred to: "a country" / "that country";
     when two bridges share a noun, "an isotope", "a second isotope" / "the first isotope", "the second isotope"."""
@@ -80,7 +85,7 @@ class _Bridges:
         noun = self.nouns[node]
         index = self.order.setdefault(node, sum(self.nouns[n] == noun for n in self.order))
         if index == 0:
-            return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+            return indefinite(noun)
         return f"a {_ORDINALS[min(index, len(_ORDINALS) - 1)]} {noun}"
 
     def refer(self, node: int) -> str:

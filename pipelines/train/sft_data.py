@@ -37,7 +37,7 @@ from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conv
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.names import mentions
 from pipelines.qa.paths import RelationGraph
-from pipelines.qa.template import keyword_sentence, relation_sentence, remaining_questions
+from pipelines.qa.template import indefinite, keyword_sentence, relation_sentence, remaining_questions
 from pipelines.qa.validate import resolve_steps
 from pipelines.train.graph_names import alias_words, graph_alias
 
@@ -106,10 +106,6 @@ def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *,
                        types=[shown_type(graph.types[i]) for i in ids] if types else [])  # type: ignore[index]
 
 
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
 def asked_type(reading: PathReading | None) -> str | None:
     """The type the question asks for (its answer's, as node_info shows it); None when types are not shown."""
     return reading.types[-1] if reading is not None and reading.types else None
@@ -120,12 +116,13 @@ def type_check(reading: PathReading, node: int, name: str) -> str:
     two types written side by side just before the choice between walking on and answering, so that a small model
     compares two words it has just written ("The question asks for a language; Russia is a territory."); "" when
     either type is not shown."""
-    reached, asked = (reading.types[node], asked_type(reading)) if reading.types else (None, None)
-    if reached is None or asked is None:
+    asked = asked_type(reading)
+    if asked is None or (reached := reading.types[node]) is None:
         return ""
     if node < len(reading.types) - 1 and reached == asked:
-        return f" The question asks for {_a(asked)}; {name} is {_a(reached)} too, but the question goes on from it."
-    return f" The question asks for {_a(asked)}; {name} is {_a(reached)}."
+        return (f" The question asks for {indefinite(asked)}; {name} is {indefinite(reached)} too, but the question "
+                f"goes on from it.")
+    return f" The question asks for {indefinite(asked)}; {name} is {indefinite(reached)}."
 
 
 def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
@@ -142,7 +139,7 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
     hops, start = len(edges), nodes[0]
     sentences = reading.sentences if reading else [keyword_sentence(e.src, e.keywords, e.dst) for e in edges]
     asked = asked_type(reading)
-    asks = f" and asks for {_a(asked)}" if asked else ""
+    asks = f" and asks for {indefinite(asked)}" if asked else ""
     thoughts = [f"The question starts from {start}{asks}. I look it up in the {domain} knowledge graph first.",
                 f"{start} is in the graph. Its relations show where the question leads."]
     for i in range(1, hops):
