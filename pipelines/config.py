@@ -117,6 +117,10 @@ class ToolParams(_Section):
     # node_info's relation lines give the other end's type ("-> Russia [territory]"): what a walk reached can be
     # checked against what the question asks for before answering (off in the paper profile, as the paper's tool)
     neighbor_types: bool = True
+    # entity_matcher's lines give each entity's description (the Omne-R1 paper's) or only its name (with its type,
+    # as neighbours are written): the descriptions were ~95 of a quick conversation's ~1,170 tokens, and the
+    # node_info that follows shows the chosen entity's own
+    matcher_descriptions: bool = False
     # how the omne and kg_r1 system prompts list the tools: json (OpenAI function schemas, the papers') | signatures
     # (one line each, "node_info(node_name, graph_type): description", ~190 fewer tokens in every prompt)
     prompt_specs: Literal["json", "signatures"] = "signatures"
@@ -248,7 +252,7 @@ class SFTParams(_Section):
                                        min_length=1)  # 4 of Table 5's grid (the paper profile: all 8)
     sweep_max_steps: int | None = Field(None, ge=1)  # optimizer steps per sweep model; None: max_steps
     epochs: float = Field(3.0, gt=0)
-    max_steps: int = Field(120, ge=-1)  # optimizer steps; -1: epochs decide
+    max_steps: int = Field(150, ge=-1)  # optimizer steps; -1: epochs decide
     learning_rate: float | None = Field(1e-3, gt=0)  # None: by method (lora 1e-4, full 1e-5)
     warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)  # None: by method (lora 0.1, full 0.01)
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"

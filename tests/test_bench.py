@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "sft_packing", "sft_lm_head", "graph_names", "rl_step"]
+           "sft_precision", "sft_packing", "sft_lm_head", "graph_names", "rl_step", "eval_slots"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -188,6 +188,29 @@ def check_rl_step(results: dict[str, Any]) -> list[str]:
     return ["speedup", "throughput_ratio", "baseline.generated_tokens_per_s", "ours.generated_tokens_per_s"]
 
 
+def check_eval_slots(results: dict[str, Any]) -> list[str]:
+    setup, comparison = results["setup"], results["comparison"]
+    assert setup["split"] == "train" and setup["batch_size"] == 2 and setup["temperature"] == 0.0
+    assert setup["questions"] == len(setup["qa_ids"]) >= 2 and comparison["compared"] == setup["questions"]
+    for variant in ("baseline", "ours"):
+        m = results[variant]
+        assert m["questions"] == setup["questions"] and m["runs"] and m["generated_tokens"] > 0
+        # one complete_many call per engine round, a request per live episode: rows = model turns
+        assert m["model_calls"] > 0 and m["model_rows"] == m["turns"] == sum(m["rows_by_call"])
+        assert 1 <= m["max_rows"] <= setup["batch_size"] and m["rows_per_call"] <= setup["batch_size"]
+        assert sum(m["rows_histogram"].values()) == m["model_calls"] == len(m["rows_by_call"])
+        assert 0 < m["model_share"] <= 1 and m["correct"] <= m["questions"]
+    expected = results["baseline"]["wall_s"] / results["ours"]["wall_s"]
+    assert math.isclose(results["speedup"], expected, rel_tol=1e-3)
+    assert len(results["speedups"]) == setup["repeat"] == len(results["ours"]["runs"])
+    assert isinstance(comparison["same_trajectories"], bool)
+    assert comparison["same_trajectories"] == (comparison["differing"] == 0 == len(comparison["differing_qa_ids"]))
+    assert set(comparison["em"]) == set(results["determinism"]) == {"baseline", "ours"}
+    assert len(results["targets"]) == 2 and all(t["pass"] in (True, False, None) for t in results["targets"])
+    return ["speedup", "median_speedup", "baseline.questions_per_s", "ours.questions_per_s",
+            "ours.generated_tokens_per_s"]
+
+
 def check_sft(results: dict[str, Any]) -> list[str]:
     assert set(results["models"]) == {"tiny"}
     tiny = results["models"]["tiny"]
@@ -253,8 +276,8 @@ def check_transfer(results: dict[str, Any]) -> list[str]:
 CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
-    "rl_curve": check_rl_curve, "rl_step": check_rl_step, "sft": check_sft, "sft_precision": check_sft_precision,
-    "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head,
+    "rl_curve": check_rl_curve, "rl_step": check_rl_step, "eval_slots": check_eval_slots, "sft": check_sft,
+    "sft_precision": check_sft_precision, "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head,
     "orchestration": check_orchestration, "reliability": check_reliability}
 
 

@@ -115,7 +115,8 @@ def failed(toolbox: KGToolbox, call: object, kind: ErrorType, **kwargs: object) 
 
 # ----- entity_matcher ---------------------------------------------------------------------------------
 def test_entity_matcher_lists_the_top_five_with_descriptions(toolbox: KGToolbox) -> None:
-    box = variant(toolbox, entity_matcher_top_k=5)  # the Omne-R1 paper's five (params.yaml's quick value is 3)
+    # the Omne-R1 paper's five, with descriptions (params.yaml's quick values: 3, names only)
+    box = variant(toolbox, entity_matcher_top_k=5, matcher_descriptions=True)
     lines = ok(box, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")
     assert lines[0] == "Found 5 entities matching 'Jupiter':"
     assert lines[1] == "1. Entity: Jupiter Description: Gas giant and the largest planet."
@@ -134,13 +135,26 @@ def test_entity_matcher_lists_the_top_five_with_descriptions(toolbox: KGToolbox)
 def test_entity_matcher_top_hit_for_an_exact_name_is_that_entity(toolbox: KGToolbox, name: str) -> None:
     lines = ok(toolbox, f'entity_matcher(node_name="{name}", graph_type="solar")').split("\n")
     assert lines[0] == f"Found {toolbox.tool_params.entity_matcher_top_k} entities matching '{name}':"
-    assert lines[1] == f"1. Entity: {name} Description: {ENTITIES[name] or 'none'}"
+    described = ok(variant(toolbox, matcher_descriptions=True), f'entity_matcher(node_name="{name}", graph_type="solar")')
+    assert described.split("\n")[1] == f"1. Entity: {name} Description: {ENTITIES[name] or 'none'}"
+
+
+def test_entity_matcher_lists_names_with_their_types_as_neighbours_are_written(toolbox: KGToolbox) -> None:
+    """The quick profile's matcher: each hit's name and, when it has one, its type in square brackets; no
+    descriptions (node_info shows the chosen entity's). Untyped Pisa stays bare; without neighbour types, names."""
+    assert ok(toolbox, 'entity_matcher(node_name="Ganymede", graph_type="solar")').split("\n")[1] == "1. Ganymede [moon]"
+    assert ok(toolbox, 'entity_matcher(node_name="Pisa", graph_type="solar")').split("\n")[1] == "1. Pisa"
+    untyped = ok(variant(toolbox, neighbor_types=False), 'entity_matcher(node_name="Ganymede", graph_type="solar")')
+    assert untyped.split("\n")[1] == "1. Ganymede"
+    for line in ok(toolbox, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")[1:]:
+        assert "Description" not in line and re.fullmatch(r"\d\. [^\[\]]+( \[[a-z ]+\])?", line), line
 
 
 def test_entity_matcher_top_k_follows_tool_params(toolbox: KGToolbox) -> None:
     three = ok(variant(toolbox, entity_matcher_top_k=3), 'entity_matcher(node_name="Io", graph_type="solar")')
     assert three.split("\n")[0] == "Found 3 entities matching 'Io':" and len(three.split("\n")) == 4
-    everything = ok(variant(toolbox, entity_matcher_top_k=100), 'entity_matcher("Io", "solar")').split("\n")
+    everything = ok(variant(toolbox, entity_matcher_top_k=100, matcher_descriptions=True),
+                    'entity_matcher("Io", "solar")').split("\n")
     assert everything[0] == "Found 28 entities matching 'Io':"
     assert {MATCH_LINE.match(line)[2] for line in everything[1:]} == set(ENTITIES)
 
@@ -337,7 +351,7 @@ def test_every_tool_finds_a_normalised_name(toolbox: KGToolbox, spelling: str) -
         'Triples of "Jupiter" relevant to the question:')
     if spelling.strip() in ("jupiter", "JUPITER", "Jupiter"):  # the encoder is uncased; quotes change the text
         assert ok(toolbox, f"entity_matcher(node_name={name}, graph_type='solar')").split("\n")[1].startswith(
-            "1. Entity: Jupiter ")
+            "1. Jupiter [planet]")
 
 
 def _score(toolbox: KGToolbox, text: str) -> tuple[str, float]:
@@ -487,8 +501,7 @@ def test_toolbox_serves_a_rebuilt_kg(tmp_path: Path, toolbox: KGToolbox) -> None
     assert ok(live, 'get_tail_relations(entity="Pisa")') == 'Tail relations for entity "Pisa": located in'
     assert ok(live, 'get_tail_entities(entity="Pisa", relation="located in")') == (
         'Tail entities for entity "Pisa" with relation "located in": Italy')
-    assert ok(live, 'entity_matcher(node_name="Italy", graph_type="solar")').split("\n")[1] == (
-        "1. Entity: Italy Description: none")
+    assert ok(live, 'entity_matcher(node_name="Italy", graph_type="solar")').split("\n")[1] == "1. Italy"
     assert live.graph("solar").num_entities == 29
     # within its check interval a toolbox keeps the graph it loaded
     failed(cached, 'get_tail_relations(entity="Pisa")', ErrorType.NO_RESULTS)
@@ -554,15 +567,14 @@ def test_a_rebuilt_kg_is_never_paired_with_a_stale_index(tmp_path: Path, toolbox
     -> "closest is Galileo Galilei"). A stale index should be refused (typed error) or the old pair kept."""
     params = build_solar_project(tmp_path / "project")
     live = KGToolbox(params, encoder=toolbox.encoder, reload_check_seconds=0)
-    assert ok(live, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")[1].startswith(
-        "1. Entity: Jupiter ")
+    assert ok(live, 'entity_matcher(node_name="Jupiter", graph_type="solar")').split("\n")[1] == "1. Jupiter [planet]"
     triples = params.root / "kg_assets" / "solar" / "triples.csv"
     triples.write_text(triples.read_text() + "Apollo,visited,Moon,Apollo 11 landed on the Moon.\n", encoding="utf-8")
     build_knowledge_graph(load_registry(params.registry_path).get("solar"), params, force=True)  # KG only
     wrong = []
     for name in ("Jupiter", "Io", "Sun", "Triton"):
         result = live.call(f'entity_matcher(node_name="{name}", graph_type="solar")')
-        if result.ok and not result.content.split("\n")[1].startswith(f"1. Entity: {name} "):
+        if result.ok and re.sub(r" \[[a-z ]+\]$", "", result.content.split("\n")[1]) != f"1. {name}":
             wrong.append(f"{name} -> {result.content.split(chr(10))[1]}")
     fallback = live.call('node_info(node_name="Ganymed", graph_type="solar")')
     if fallback.ok and "Entity: Ganymede" not in fallback.content:

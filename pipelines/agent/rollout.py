@@ -89,39 +89,45 @@ class RolloutEngine:
                            prefix=self.protocol.assistant_prefix() + episode.partial, tag=f"rollout.{self.name}")
 
     def run(self, tasks: list[Task], *, progress: bool = True) -> list[Trajectory]:
-        """Every task's trajectory, in task order; batches of ``batch_size`` episodes at a time."""
-        results: list[Trajectory] = []
-        bar = tqdm(total=len(tasks), desc=f"rollouts {self.name}", unit="q", disable=not progress)
-        for start in range(0, len(tasks), self.params.batch_size):
-            episodes = [self._start(task) for task in tasks[start:start + self.params.batch_size]]
-            self._run_batch(episodes)
-            results.extend(self._finish(e) for e in episodes)
-            bar.update(len(episodes))
-        bar.close()
-        return results
+        """Every task's trajectory, in task order. Up to ``batch_size`` episodes are live at once, each at its own
+        round: an episode that ends frees its slot for the next task at the next round, so that the batch stays
+        full instead of decoding the last few long episodes of a fixed batch while the others wait."""
+        results: list[Trajectory | None] = [None] * len(tasks)
+        waiting = iter(enumerate(tasks))
+        live: list[tuple[int, _Episode]] = []
+        with tqdm(total=len(tasks), desc=f"rollouts {self.name}", unit="q", disable=not progress) as bar:
+            while True:
+                while len(live) < self.params.batch_size and (task := next(waiting, None)) is not None:
+                    live.append((task[0], self._start(task[1])))
+                if not live:
+                    break
+                self._round([episode for _, episode in live])
+                for index, episode in live:
+                    if episode.done:
+                        results[index] = self._finish(episode)
+                        bar.update(1)
+                live = [(index, episode) for index, episode in live if not episode.done]
+        return results  # type: ignore[return-value]
 
-    def _run_batch(self, episodes: list[_Episode]) -> None:
-        for round_index in range(self.protocol.max_rounds):
-            live = [e for e in episodes if not e.done]
-            if not live:
-                return
-            replies = self.client.complete_many([self._request(e) for e in live])
-            calls: list[tuple[_Episode, str, str]] = []
-            for episode, reply in zip(live, replies, strict=True):
-                action_call = self._step(episode, reply, round_index)
-                if action_call is not None:
-                    calls.append((episode, *action_call))
-            self._execute(calls, round_index)
-            now = time.perf_counter()
-            for episode in live:
-                if episode.done and episode.ended is None:
-                    episode.ended = now
+    def _round(self, episodes: list[_Episode]) -> None:
+        """One model turn of each live episode, then their tool calls in one batch; an episode at the round cap
+        ends ``max_rounds``."""
+        replies = self.client.complete_many([self._request(e) for e in episodes])
+        calls: list[tuple[_Episode, str, str]] = []
+        for episode, reply in zip(episodes, replies, strict=True):
+            action_call = self._step(episode, reply)
+            if action_call is not None:
+                calls.append((episode, *action_call))
+        self._execute(calls)
+        now = time.perf_counter()
         for episode in episodes:
-            if not episode.done:
+            if not episode.done and episode.trajectory.rounds >= self.protocol.max_rounds:
                 episode.done, episode.trajectory.finish = True, "max_rounds"
                 self._close_partial(episode)
+            if episode.done and episode.ended is None:
+                episode.ended = now
 
-    def _step(self, episode: _Episode, reply: ChatReply | LLMError, round_index: int) -> tuple[str, str] | None:
+    def _step(self, episode: _Episode, reply: ChatReply | LLMError) -> tuple[str, str] | None:
         """Record one model turn; return (call text as written, call for the tool client) to execute."""
         traj = episode.trajectory
         traj.rounds += 1
@@ -171,7 +177,7 @@ class RolloutEngine:
             return False
         return all(record.text.strip() == call.strip() for record in traj.tool_calls[-limit:])
 
-    def _execute(self, calls: list[tuple[_Episode, str, str]], round_index: int) -> None:
+    def _execute(self, calls: list[tuple[_Episode, str, str]]) -> None:
         """Run the round's calls in one batch (one HTTP request when the tools are remote)."""
         if not calls:
             return
@@ -181,7 +187,7 @@ class RolloutEngine:
         latency = (time.perf_counter() - start) / len(calls)
         for (episode, written, _), result in zip(calls, results, strict=True):
             episode.trajectory.tool_calls.append(ToolCallRecord(
-                round=round_index, text=written, name=result.name or None, arguments=result.arguments,
+                round=episode.trajectory.rounds - 1, text=written, name=result.name or None, arguments=result.arguments,
                 ok=result.ok, error_type=result.error_type.value if result.error_type else None,
                 response=result.content, latency_s=latency))
             message = self.protocol.response_message(result.content)

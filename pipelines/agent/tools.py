@@ -53,11 +53,10 @@ log = logging.getLogger(__name__)
 
 GRAPH_TYPE = Param(name="graph_type", description="The knowledge graph (domain) to use.")
 TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
-    ToolSpec(name="entity_matcher", description="Find the entities of a knowledge graph whose names are most "
-             "similar to a name; use it to get the exact entity name before node_info.",
+    ToolSpec(name="entity_matcher", description="The entities whose names are closest to node_name: the exact "
+             "name to give node_info.",
              params=(Param(name="node_name", description="The entity name to look for."), GRAPH_TYPE)),
-    ToolSpec(name="node_info", description="Show an entity of a knowledge graph with its description and all "
-             "its relations to other entities.",
+    ToolSpec(name="node_info", description="An entity's type, description and relations to other entities.",
              params=(Param(name="node_name", description="The exact entity name."), GRAPH_TYPE)),
     ToolSpec(name="get_head_relations", description="Get relations where the entity is the tail (object).",
              params=(Param(name="entity", description="The exact entity name."),)),
@@ -498,8 +497,11 @@ class KGToolbox:
         hits = self._nearest(graph, self._embed(query), self.tool_params.entity_matcher_top_k,
                              self.allowed(graph, episode.scope))
         lines = [f"Found {len(hits)} entities matching '{_clip(query, 120)}':"]
-        lines += [f"{rank}. Entity: {graph.names[i]} Description: {self._describe(graph.descriptions[i])}"
-                  for rank, (i, _score) in enumerate(hits, start=1)]
+        if self.tool_params.matcher_descriptions:
+            lines += [f"{rank}. Entity: {graph.names[i]} Description: {self._describe(graph.descriptions[i])}"
+                      for rank, (i, _score) in enumerate(hits, start=1)]
+        else:
+            lines += [f"{rank}. {self._listed_entity(graph, i)}" for rank, (i, _score) in enumerate(hits, start=1)]
         return "\n".join(lines)
 
     def _describe(self, description: str) -> str:
@@ -532,6 +534,10 @@ class KGToolbox:
         if len(shown) < len(relations):
             lines.append(f"… {len(relations) - len(shown)} more relations not shown")
         return "\n".join(lines)
+
+    def _listed_entity(self, graph: DomainGraph, entity: int) -> str:
+        """An entity_matcher hit without its description: its name, typed as node_info's neighbours are."""
+        return self._neighbor(graph, entity) if self.tool_params.neighbor_types else graph.names[entity]
 
     @staticmethod
     def _neighbor(graph: DomainGraph, entity: int) -> str:
