@@ -185,35 +185,6 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
 
 
-def test_an_ended_episode_frees_its_slot_for_the_next_task(toolbox) -> None:  # noqa: ANN001
-    """With 2 slots, the question that walks two hops keeps walking while the next ones take the freed slot: every
-    round decodes a full batch until the tasks run out (a fixed batch would decode [2, 1, 1, 2] rows, not [2, 2, 2]),
-    and the results still come back in task order, each with its own rounds and calls."""
-    walk = iter(['<think>a</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>',
-                 '<think>b</think><tool_call>node_info(node_name="Phobos", graph_type="solar")</tool_call>',
-                 "<think>c</think><answer>Phobos</answer>"])
-
-    def policy(request: ChatRequest) -> str:
-        question = request.messages[1]["content"]
-        return next(walk) if "walk" in question else f"<think>quick</think><answer>{question[-1]}</answer>"
-
-    class Counting(ScriptedChatClient):
-        rows: list[int] = []
-
-        def complete_many(self, requests, **kwargs):  # noqa: ANN001, ANN003, ANN201
-            self.rows.append(len(requests))
-            return super().complete_many(requests, **kwargs)
-
-    client = Counting(policy)
-    tasks = [Task(qa_id=str(i), domain="solar", question=q, gold_answers=["Phobos"])
-             for i, q in enumerate(["quick 1", "walk to Phobos", "quick 2", "quick 3"])]
-    done = RolloutEngine(client, omne(), InProcessToolClient(toolbox), RolloutParams(batch_size=2)).run(
-        tasks, progress=False)
-    assert client.rows == [2, 2, 2]
-    assert [t.qa_id for t in done] == ["0", "1", "2", "3"] and [t.answer for t in done] == ["1", "Phobos", "2", "3"]
-    assert [t.rounds for t in done] == [1, 3, 1, 1] and [c.round for c in done[1].tool_calls] == [0, 1]
-
-
 def test_batched_rollouts_equal_one_at_a_time_under_greedy(tiny_llama: Path, toolbox) -> None:  # noqa: ANN001
     from pipelines.llm.local import TransformersChatClient
 
