@@ -63,7 +63,15 @@ from _common import (
     write_results,
 )
 from rl_step import model_spec  # bench/rl_step.py: --model as load_agent_model takes it
-from rollout import GenerateRecorder, add_device_options, best_of, signature, start, timed_run  # bench/rollout.py
+from rollout import (  # bench/rollout.py
+    GenerateRecorder,
+    add_device_options,
+    best_of,
+    check_device_options,
+    signature,
+    start,
+    timed_run,
+)
 from tqdm.auto import tqdm
 
 from pipelines.agent.client import InProcessToolClient
@@ -188,10 +196,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("limit", "batch_size", "max_new_tokens", "max_rounds", "repeat"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.threads < 0:
-        parser.error("--threads must be >= 0")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device")
+    check_device_options(parser, args)
     return args
 
 

@@ -63,7 +63,15 @@ from _common import (
     verdict,
     write_results,
 )
-from rollout import GenerateRecorder, add_device_options, best_of, signature, start, timed_run  # bench/rollout.py
+from rollout import (  # bench/rollout.py
+    GenerateRecorder,
+    add_device_options,
+    best_of,
+    check_device_options,
+    signature,
+    start,
+    timed_run,
+)
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.models import BASE, load_agent_model
@@ -162,10 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.temperature <= 0:
         parser.error("--temperature must be > 0 (greedy requests never had a seed of their own)")
-    if args.threads < 0:
-        parser.error("--threads must be >= 0")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device")
+    check_device_options(parser, args)
     return args
 
 

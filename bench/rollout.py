@@ -533,6 +533,14 @@ def add_device_options(parser: BenchParser) -> None:
                              "load)")
 
 
+def check_device_options(parser: BenchParser, args: argparse.Namespace) -> None:
+    """Refuse what add_device_options cannot run: negative --threads, --device cuda without a CUDA device."""
+    if args.threads < 0:
+        parser.error("--threads must be >= 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+
+
 def build_parser() -> BenchParser:
     parser = BenchParser(
         "rollout",
@@ -601,13 +609,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("questions", "batch_size", "max_new_tokens", "max_rounds", "repeat", "decode_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("threads", "diagnose"):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name} must be >= 0")
+    if args.diagnose < 0:
+        parser.error("--diagnose must be >= 0")
     if args.force_tool_call and args.protocol != "omne":
         parser.error("--force-tool-call goes with --protocol omne")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device")
+    check_device_options(parser, args)
     return args
 
 
