@@ -140,7 +140,7 @@ class OmneProtocol(Protocol):
 
     def system_prompt(self) -> str:
         """The rules in one paragraph (a 135M model reads every token of it in every conversation it trains on:
-        ~190 tokens with the tools as signatures, where a numbered list of six rules took ~290), then the tools."""
+        ~200 tokens with the tools as signatures, where a numbered list of six rules took ~290), then the tools."""
         rules = ("Answer the question with the tools of its knowledge graph. Think inside <think> </think> before "
                  "each step, then call one tool inside <tool_call> </tool_call>, e.g. "
                  '<tool_call>node_info(node_name="<entity name>", graph_type="<graph named in the prompt>")'
