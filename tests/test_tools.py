@@ -135,14 +135,16 @@ def test_entity_matcher_lists_the_top_five_with_descriptions(toolbox: KGToolbox)
 def test_entity_matcher_top_hit_for_an_exact_name_is_that_entity(toolbox: KGToolbox, name: str) -> None:
     lines = ok(toolbox, f'entity_matcher(node_name="{name}", graph_type="solar")').split("\n")
     assert lines[0] == f"Found {toolbox.tool_params.entity_matcher_top_k} entities matching '{name}':"
-    described = ok(variant(toolbox, matcher_descriptions=True), f'entity_matcher(node_name="{name}", graph_type="solar")')
+    described = ok(variant(toolbox, matcher_descriptions=True),
+                   f'entity_matcher(node_name="{name}", graph_type="solar")')
     assert described.split("\n")[1] == f"1. Entity: {name} Description: {ENTITIES[name] or 'none'}"
 
 
 def test_entity_matcher_lists_names_with_their_types_as_neighbours_are_written(toolbox: KGToolbox) -> None:
     """The quick profile's matcher: each hit's name and, when it has one, its type in square brackets; no
     descriptions (node_info shows the chosen entity's). Untyped Pisa stays bare; without neighbour types, names."""
-    assert ok(toolbox, 'entity_matcher(node_name="Ganymede", graph_type="solar")').split("\n")[1] == "1. Ganymede [moon]"
+    ganymede = ok(toolbox, 'entity_matcher(node_name="Ganymede", graph_type="solar")')
+    assert ganymede.split("\n")[1] == "1. Ganymede [moon]"
     assert ok(toolbox, 'entity_matcher(node_name="Pisa", graph_type="solar")').split("\n")[1] == "1. Pisa"
     untyped = ok(variant(toolbox, neighbor_types=False), 'entity_matcher(node_name="Ganymede", graph_type="solar")')
     assert untyped.split("\n")[1] == "1. Ganymede"

@@ -523,9 +523,8 @@ class KGToolbox:
         cap = self.tool_params.node_info_max_neighbors
         shown = relations if cap is None else relations[:cap]
         arrow = "->" if graph.directed else "--"
-        typed = self.tool_params.neighbor_types
         for rank, r in enumerate(shown, start=1):
-            head, tail = (self._neighbor(graph, int(end)) if typed and end != entity else graph.names[end]
+            head, tail = (self._listed_entity(graph, int(end)) if end != entity else graph.names[end]
                           for end in (graph.rel_src[r], graph.rel_dst[r]))
             description = (_clip(graph.rel_descriptions[r], self.tool_params.description_max_chars)
                            if self.tool_params.relation_descriptions else "")
@@ -536,14 +535,10 @@ class KGToolbox:
         return "\n".join(lines)
 
     def _listed_entity(self, graph: DomainGraph, entity: int) -> str:
-        """An entity_matcher hit without its description: its name, typed as node_info's neighbours are."""
-        return self._neighbor(graph, entity) if self.tool_params.neighbor_types else graph.names[entity]
-
-    @staticmethod
-    def _neighbor(graph: DomainGraph, entity: int) -> str:
-        """A neighbour as node_info lists it with tools.neighbor_types: its name, then its type in square brackets
-        (round ones end many names, "Latakia (subdivision of Syria)"; square ones almost none)."""
-        kind = shown_type(graph.types[entity])
+        """An entity as node_info lists a neighbour and entity_matcher a hit without its description: its name, then
+        with tools.neighbor_types its type in square brackets (round ones end many names, "Latakia (subdivision of
+        Syria)"; square ones almost none)."""
+        kind = shown_type(graph.types[entity]) if self.tool_params.neighbor_types else None
         return graph.names[entity] if kind is None else f"{graph.names[entity]} [{kind}]"
 
     # ----- KG-R1 actions -------------------------------------------------------------------------------
