@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveInt,
     SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
@@ -222,7 +223,9 @@ class SFTDataParams(DomainSelection):
     """Stage-2 SFT conversations: which sources, how many, in which mode."""
 
     sources: list[Literal["template", "agent", "teacher"]] = ["template"]
-    max_per_bucket: int | None = Field(150, ge=1)  # training pairs per bucket used (None: all)
+    # training pairs used per bucket: one count for both, or one each; more 3+ walks than 1/2-hop ones teach
+    # the model to go on after its first hops (docs/sft.md, "Bucket mix"); None: all
+    max_per_bucket: PositiveInt | dict[Literal["1-2", "3+"], PositiveInt] | None = {"1-2": 110, "3+": 190}
     paths_per_pair: int = Field(1, ge=1)  # validated gold paths walked per pair (template source)
     # share of template conversations whose question writes the start entity as a user might (lowercase, a
     # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name
@@ -239,6 +242,13 @@ class SFTDataParams(DomainSelection):
     mode: Literal["think", "no_think"] = "think"
     teacher_model: str = ""  # model name at the llm endpoint for the teacher source
     seed: int = 0
+
+    @field_validator("max_per_bucket")
+    @classmethod
+    def _every_bucket_counted(cls, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) != {"1-2", "3+"}:
+            raise ValueError(f"max_per_bucket as a mapping needs a count for both buckets, 1-2 and 3+: got {value}")
+        return value
 
 
 class SFTParams(_Section):

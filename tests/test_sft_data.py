@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
@@ -316,6 +317,18 @@ def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket() -> N
     assert [p.id for p in balanced_sample(pairs, 20, 1)] != [p.id for p in chosen]
     few = balanced_sample(pairs, per_bucket=5, seed=0)
     assert Counter(p.domain for p in few if p.bucket == "1-2") == {"big": 3, "mid": 2}
+    mixed = balanced_sample(pairs, per_bucket={"1-2": 7, "3+": 2}, seed=0)  # a count per bucket
+    assert Counter((p.bucket, p.domain) for p in mixed) == {("1-2", "big"): 4, ("1-2", "mid"): 3, ("3+", "small"): 2}
+
+
+def test_a_count_per_bucket_must_name_both_buckets() -> None:
+    from pipelines.config import SFTDataParams
+
+    assert SFTDataParams(max_per_bucket={"1-2": 110, "3+": 190}).max_per_bucket == {"1-2": 110, "3+": 190}
+    with pytest.raises(ValidationError, match="both buckets"):
+        SFTDataParams(max_per_bucket={"3+": 190})
+    with pytest.raises(ValidationError):
+        SFTDataParams(max_per_bucket={"1-2": 0, "3+": 190})  # counts are positive
 
 
 def test_conversations_come_only_from_the_train_pairs_of_the_selected_domains(twin_qa: Params) -> None:

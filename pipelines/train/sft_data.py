@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -378,22 +379,24 @@ def _count(values: Any) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def balanced_sample(pairs: list[QAPair], per_bucket: int, seed: int) -> list[QAPair]:
-    """At most ``per_bucket`` pairs of each bucket, taken from the domains in turn (a shuffled order within
-    each), so that every domain has the same share of the conversations whatever its number of pairs: with
-    many domains the quick profile trains on all of them in the same time."""
+def balanced_sample(pairs: list[QAPair], per_bucket: int | Mapping[str, int], seed: int) -> list[QAPair]:
+    """At most ``per_bucket`` pairs of each bucket (one count for all, or one per bucket), taken from the
+    domains in turn (a shuffled order within each), so that every domain has the same share of the
+    conversations whatever its number of pairs: with many domains the quick profile trains on all of them in
+    the same time."""
     rng = random.Random(seed)
     chosen: list[QAPair] = []
     for bucket in sorted({p.bucket for p in pairs}):
+        wanted = per_bucket if isinstance(per_bucket, int) else per_bucket[bucket]
         queues = []
         for domain in sorted({p.domain for p in pairs if p.bucket == bucket}):
             members = sorted((p for p in pairs if p.bucket == bucket and p.domain == domain), key=lambda p: p.id)
             rng.shuffle(members)
             queues.append(members)
         taken: list[QAPair] = []
-        while len(taken) < per_bucket and any(queues):
+        while len(taken) < wanted and any(queues):
             for queue in queues:
-                if queue and len(taken) < per_bucket:
+                if queue and len(taken) < wanted:
                     taken.append(queue.pop(0))
         chosen += taken
     return chosen
