@@ -584,9 +584,9 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
 
     params = _with_domain_filter(_params(ctx), f"rl.stage{stage}", domains, exclude_domains)
     result = train_rl(params, int(stage), start=start, name=name, force=force)
-    from pipelines.run import rl_summary
+    from pipelines.run import rl_summary_line
 
-    click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {rl_summary(result.manifest)} -> "
+    click.echo(f"{'up to date' if result.skipped else 'trained'}: stage {stage}, {rl_summary_line(result.manifest)} -> "
                f"{result.folder}")
 
 

@@ -260,17 +260,18 @@ def rl_stage(params: Params, stage: int, *, force: bool, times: StageTimes, buil
 
     result = times.run(f"RL stage {stage}", train_rl, params, stage, force=force)
     built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
-    print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, {rl_summary(result.manifest)} -> "
+    print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, {rl_summary_line(result.manifest)} -> "
           f"{result.folder}", flush=True)
     return result
 
 
-def rl_summary(manifest: Any) -> str:
+def rl_summary_line(manifest: Any) -> str:
     """One line on an RL model's training (the CLI and `omne run` print it): steps, the mean reward of the first
     and last third of them, validation EM, the correct rollouts kept."""
     meta, rows = manifest.metadata, manifest.rows
+    validation = f"validation EM {meta['val_em']}" if meta.get("val_em") else "no validation (val_questions: 0)"
     return (f"{rows.get('steps')} steps, mean reward {fmt_score(meta.get('reward_first_third_mean'))} (first third) "
-            f"-> {fmt_score(meta.get('reward_last_third_mean'))} (last third), validation EM {meta.get('val_em')}, "
+            f"-> {fmt_score(meta.get('reward_last_third_mean'))} (last third), {validation}, "
             f"{rows.get('correct_rollouts', 0)} correct rollouts kept")
 
 

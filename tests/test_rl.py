@@ -391,3 +391,15 @@ def test_rl_summary_compares_the_first_and_last_third_of_the_steps() -> None:
     assert summary["reward_last_third_mean"] == pytest.approx((0.5 + 0.7 + 0.8) / 3)
     assert rl_summary([{"reward": 0.5}])["reward_last_third_mean"] == 0.5
     assert rl_summary([])["reward_first_third_mean"] is None
+
+
+def test_the_printed_summary_says_when_no_validation_ran() -> None:
+    from pipelines.manifest import new_manifest
+    from pipelines.run import rl_summary_line
+
+    manifest = new_manifest("rl_model", rows={"steps": 8})
+    manifest.metadata.update({"reward_first_third_mean": 0.3125, "reward_last_third_mean": 0.5125, "val_em": []})
+    assert rl_summary_line(manifest) == ("8 steps, mean reward 0.312 (first third) -> 0.512 (last third), "
+                                         "no validation (val_questions: 0), 0 correct rollouts kept")
+    manifest.metadata["val_em"] = [0.5, 0.75]
+    assert "validation EM [0.5, 0.75]," in rl_summary_line(manifest)

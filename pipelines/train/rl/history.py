@@ -37,7 +37,8 @@ def plot_rl_curves(history: list[dict[str, Any]], path: Path, title: str) -> Non
     axes[0].legend(fontsize=7)
     val = [h for h in history if "val_em" in h]
     axes[1].plot([h["step"] for h in val], [h["val_em"] for h in val], marker="o", color="tab:green")
-    axes[1].set(title="validation EM", xlabel="step", ylim=(-0.02, 1.02))
+    axes[1].set(title="validation EM" if val else "validation EM (val_questions: 0)", xlabel="step",
+                ylim=(-0.02, 1.02))
     axes[2].plot(x, [h.get("rollout/tool_calls", float("nan")) for h in steps], marker="o", color="tab:purple")
     axes[2].set(title="tool calls / episode", xlabel="step")
     axes[3].plot(x, [h.get("rollout/generated_tokens", float("nan")) for h in steps], marker="o", color="tab:red")
