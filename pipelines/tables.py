@@ -129,7 +129,7 @@ def print_stage_table(times: StageTimes) -> None:
     (``main``: the `omne run` process, its high-water mark reset at the stage's start; ``child``: a process of
     its own, whose peak it is)."""
     total = times.total()
-    table = _table("omne run: wall time and peak memory per stage", ["stage", "s", "share", "peak RSS GB", "process"],
+    table = _table("omne run: wall time and peak memory per stage", ["stage", "s", "share", "peak RSS GiB", "process"],
                    ("stage", "process"))
     for stage, seconds in times.seconds.items():
         peak = times.peak_rss_mb.get(stage)
