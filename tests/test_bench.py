@@ -126,9 +126,10 @@ def check_kg_build(results: dict[str, Any]) -> list[str]:
     synthetic = results["graphs"]["synthetic"]
     assert synthetic["generator"]["entities"] == 400 and synthetic["index"]["sampled"] is True
     assert synthetic["index"]["search"]["ann"]["recall_at_1_vs_exact"] >= 0
+    assert synthetic["index"]["search"]["batched"]["same_hits"] is True
     return [f"graphs.{g}.{stage}.ratio" for g in ("solar", "synthetic") for stage in ("build", "stats", "index")] + [
         "graphs.synthetic.index.search.exact_ratio_p50", "graphs.synthetic.index.search.ann.ratio_p50_vs_exact",
-        "graphs.solar.index.cache.warm_ratio_vs_uncached"]
+        "graphs.solar.index.cache.warm_ratio_vs_uncached", "graphs.synthetic.index.search.batched.ratio"]
 
 
 def check_tools(results: dict[str, Any]) -> list[str]:

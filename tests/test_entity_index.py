@@ -33,6 +33,17 @@ def test_index_finds_entities_by_name_and_by_similar_text(built: Params) -> None
     assert not index.has_ann
 
 
+def test_one_query_of_many_vectors_finds_what_each_query_alone_finds(built: Params) -> None:
+    """search_vectors (the self-retrieval check's lookups, one LanceDB scan) keeps each vector's own hits, in order."""
+    index = EntityIndex(built.artifacts_dir / "index" / "solar", built.index)
+    names = ["Ganymede", "galileo", "Saturn's largest moon", "Io"]
+    vectors = index.encoder.encode(names)
+    together = index.search_vectors(vectors, k=3)
+    assert len(together) == 4 and all(len(hits) == 3 for hits in together)
+    assert together == [index.search_vector(vector, k=3) for vector in vectors]
+    assert [hits[0].name for hits in together][:2] == ["Ganymede", "Galileo Galilei"]
+
+
 def test_self_retrieval_check_passes_and_manifest_records_it(built: Params) -> None:
     folder = built.artifacts_dir / "index" / "solar"
     outcome = check_self_retrieval(EntityIndex(folder, built.index), read_kg(built.artifacts_dir / "kg" / "solar"),
@@ -69,6 +80,8 @@ def test_ann_index_with_refine_finds_exact_names(params: Params) -> None:
     index = EntityIndex(result.folder, ann_params.index)
     assert index.has_ann
     assert index.search("Triton", k=1)[0].name == "Triton"
+    vectors = index.encoder.encode(["Triton", "Ganymede"])
+    assert [hits[0].name for hits in index.search_vectors(vectors, k=2)] == ["Triton", "Ganymede"]  # ANN, batched
 
 
 def test_missing_artifacts_and_unknown_encoder_are_clear_errors(params: Params) -> None:
