@@ -308,11 +308,13 @@ def test_rl_questions_are_those_of_the_stages_domains(twin_qa: Params) -> None:
     from pipelines.train.rl.data import validation_questions
 
     assert {p.domain for p in rl_questions(twin_qa, 1)} == {"solar", "mirror"}
-    params = with_overrides(twin_qa, {"rl": {"stage1": {"domains": ["solar"]}, "stage3": {"exclude_domains": ["solar"]}}})
+    params = with_overrides(twin_qa, {"rl": {"stage1": {"domains": ["solar"]},
+                                             "stage3": {"exclude_domains": ["solar"], "val_questions": 4}}})
     assert {p.domain for p in rl_questions(params, 1)} == {"solar"}
     assert {p.domain for p in validation_questions(params, 1)} == {"solar"}
     assert {p.domain for p in rl_questions(params, 3)} == {"mirror"}
     assert {p.domain for p in validation_questions(params, 3)} == {"mirror"}
+    assert validation_questions(twin_qa, 3) == []  # the quick stage 3 validates nothing (its evaluation follows)
     with pytest.raises(RegistryError, match=r"rl\.stage1\.domains/exclude_domains: unknown domain\(s\) 'pluto'"):
         rl_questions(with_overrides(twin_qa, {"rl": {"stage1": {"domains": ["pluto"]}}}), 1)
 
