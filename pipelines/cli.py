@@ -268,15 +268,17 @@ def tools_list(as_json: bool) -> None:
 @click.option("--graph-type", "-g", help="The episode's graph, for tools without a graph_type argument.")
 @click.option("--server", help="Call a running tool server (e.g. http://127.0.0.1:8765) instead of in-process.")
 @click.option("--token", envvar="OMNE_TOOLS_TOKEN", help="Bearer token of the server.")
+@click.option("--question", "-q", help="The question the call helps answer: with tools.node_info_order: question, "
+              "node_info lists the relations closest to it first.")
 @click.pass_context
 def tools_call(ctx: click.Context, call_text: str, graph_type: str | None, server: str | None,
-               token: str | None) -> None:
+               token: str | None, question: str | None) -> None:
     """Run one tool call as the model would write it, e.g. 'node_info(node_name="Iron", graph_type="chemistry")'."""
     from pipelines.agent.client import HttpToolClient, InProcessToolClient
     from pipelines.agent.tools import KGToolbox
 
     client = HttpToolClient(server, token) if server else InProcessToolClient(KGToolbox(_params(ctx)))
-    result = client.call(call_text, graph_type=graph_type)
+    result = client.call(call_text, graph_type=graph_type, question=question)
     click.echo(result.content)
     if not result.ok:
         sys.exit(1)

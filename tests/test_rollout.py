@@ -122,6 +122,20 @@ def test_a_policy_following_the_gold_path_answers_right_and_a_wrong_one_does_not
     assert wrong.answer == "Deimos" and wrong.tool_calls == [] and wrong.rounds == 1
 
 
+def test_the_engine_gives_the_tools_each_episode_question(toolbox) -> None:  # noqa: ANN001
+    """Each call carries its episode's question, so node_info lists the relations closest to it first
+    (tools.node_info_order: question, as in the project's params)."""
+    assert toolbox.tool_params.node_info_order == "question"
+    call = '<think>Look.</think><tool_call>node_info(node_name="Galileo Galilei", graph_type="solar")</tool_call>'
+    tasks = [Task(qa_id=f"q{i}", domain="solar", question=question, gold_answers=["Pisa"], bucket="1-2", hops=1)
+             for i, question in enumerate(["Which moons did Galileo Galilei discover?",
+                                           "Where was Galileo Galilei born?"])]
+    moons, born = RolloutEngine(ScriptedChatClient([call, "<answer>Pisa</answer>"] * 2), omne(),
+                                InProcessToolClient(toolbox), RolloutParams(batch_size=1)).run(tasks, progress=False)
+    assert moons.tool_calls[0].response.split("\n")[4] == "1. Callisto [moon] -[discovered by]-> Galileo Galilei"
+    assert born.tool_calls[0].response.split("\n")[4] == "1. Galileo Galilei -[born in]-> Pisa"
+
+
 def test_round_cap_and_fake_responses_are_never_executed(toolbox) -> None:  # noqa: ANN001
     tools = InProcessToolClient(toolbox)
     task = Task(qa_id="q", domain="solar", question="?", gold_answers=["Sun"])

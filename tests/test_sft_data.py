@@ -52,6 +52,30 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
     assert build_sft_conversations(solar_qa, progress=False).skipped
 
 
+def test_template_tool_responses_are_those_of_an_episode_asking_the_question(solar_qa: Params) -> None:
+    """The template walks its tools as one episode that knows the question (tools.node_info_order: question), so
+    each node_info response is the one a rollout of that question gets: its relations ranked by the question and
+    the way back listed last."""
+    from pipelines.agent.tools import KGToolbox
+
+    assert solar_qa.tools.node_info_order == "question"
+    build_sft_conversations(solar_qa, progress=False)
+    tools, protocol = InProcessToolClient(KGToolbox(solar_qa)), omne_protocol()
+    replayed = ranked = 0
+    for record in read_sft_conversations(solar_qa):
+        if record.domain is not None:  # an aliased graph name: the calls name a graph the tools do not know
+            continue
+        turns = record.conversations
+        calls = [t["value"].split("<tool_call>")[1].split("</tool_call>")[0] for t in turns if "<tool_call>" in t["value"]]
+        observations = [t["value"] for t in turns if t["from"] == "observation"]
+        for call, observation in zip(calls, observations, strict=True):
+            result = tools.call(call, episode_id=f"replay-{record.id}", question=record.question)
+            assert protocol.response_message(result.content) == observation, (record.id, call)
+            ranked += "closest to the question first" in observation
+        replayed += 1
+    assert replayed and ranked
+
+
 def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar_qa: Params) -> None:
     relations = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "relations"})})
     build_sft_conversations(relations, progress=False)

@@ -133,6 +133,27 @@ def test_episode_id_keeps_search_backtracking_across_http_calls(server: str, htt
     assert http.call(steps[2], episode_id="batch-episode").error_type == ErrorType.NO_RESULTS
 
 
+def test_an_episode_question_orders_node_info_the_same_over_http(server: str, http: HttpToolClient,
+                                                                 local: InProcessToolClient) -> None:
+    """The request's question (tools.node_info_order: question, the project's params) reaches node_info over HTTP
+    as in-process, is kept by its episode, and a question that is not text is a typed error, not a 422."""
+    call = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
+    question = "Which moons did Galileo Galilei discover?"
+    remote = http.call(call, question=question)
+    assert dumped(remote) == dumped(local.call(call, question=question))
+    assert remote.content.split("\n")[3:5] == ["Relations (5, closest to the question first):",
+                                               "1. Callisto [moon] -[discovered by]-> Galileo Galilei"]
+    assert http.call(call).content.split("\n")[3] == "Relations (5):"  # no question: the graph's order
+    http.call('entity_matcher(node_name="Galileo", graph_type="solar")', episode_id="asked", question=question)
+    assert http.call(call, episode_id="asked").content == remote.content  # kept by the episode
+    batch = http.batch([CallRequest(call=call, question=question), CallRequest(call=call, question=["not", "text"]),
+                        CallRequest(call=call, question="x" * 4001)])
+    assert batch[0].content == remote.content
+    assert batch[1].error_type == ErrorType.INVALID_ARGUMENT and batch[1].content == (
+        "<error>question must be a string or null, got list</error>")
+    assert batch[2].content == "<error>question is longer than 4000 characters</error>"
+
+
 @pytest.mark.parametrize(("body", "headers", "where"), [
     (b"{not json", {"content-type": "application/json"}, "JSON decode error"),
     (b'{"call": "get_tail_relations(entity=\\"Io\\")"', {"content-type": "application/json"}, "JSON decode error"),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.agent.calls import ErrorType, ToolCall, ToolError, format_call, parse_call
+from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.tools import TOOL_SPECS, EpisodeState, KGToolbox, ToolResult
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
@@ -190,6 +191,47 @@ def test_node_info_caps_neighbours_with_a_marker(toolbox: KGToolbox) -> None:
     assert exact == JUPITER and "more relations not shown" not in exact
     one = ok(variant(toolbox, node_info_max_neighbors=1), 'node_info(node_name="Sun", graph_type="solar")')
     assert one.split("\n")[3:] == ["Relations (6):", SUN_RELATIONS[0], "… 5 more relations not shown"]
+
+
+def test_node_info_lists_the_relations_closest_to_the_episode_question_first(toolbox: KGToolbox) -> None:
+    """tools.node_info_order: question ranks each kind of relation (direction and label) by how close its label is
+    to the episode's question, and lists the first relation of every kind before the second of any."""
+    client = InProcessToolClient(variant(toolbox, node_info_order="question"))
+    call = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
+    header = "Relations (5, closest to the question first):"
+    moons = client.call(call, question="Which moons did Galileo Galilei discover?").content.split("\n")
+    assert moons[3:] == [header, "1. Callisto [moon] -[discovered by]-> Galileo Galilei",
+                         "2. Galileo Galilei -[born in]-> Pisa", "3. Europa [moon] -[discovered by]-> Galileo Galilei",
+                         "4. Ganymede [moon] -[discovered by]-> Galileo Galilei",
+                         "5. Io [moon] -[discovered by]-> Galileo Galilei"]
+    born = client.call(call, question="Where was Galileo Galilei born?").content.split("\n")
+    assert born[:3] + born[4:] == GALILEO.split("\n")[:3] + GALILEO.split("\n")[4:] and born[3] == header
+    # the cap keeps one relation of each kind before a second of any
+    capped = InProcessToolClient(variant(toolbox, node_info_order="question", node_info_max_neighbors=2))
+    assert capped.call(call, question="Which moons did Galileo Galilei discover?").content.split("\n")[4:] == [
+        *moons[4:6], "… 3 more relations not shown"]
+    # without a question, with one relation, or with tools.node_info_order: graph (the paper's) the order is the graph's
+    assert client.call(call).content == GALILEO
+    assert client.call('node_info(node_name="Pisa", graph_type="solar")', question="Who was born in Pisa?").content == (
+        "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n1. Galileo Galilei [person] -[born in]-> Pisa")
+    graph_order = InProcessToolClient(variant(toolbox, node_info_order="graph"))
+    assert graph_order.call(call, question="Where was Galileo Galilei born?").content == GALILEO
+
+
+def test_node_info_lists_the_way_back_of_a_walk_last(toolbox: KGToolbox) -> None:
+    """Within one episode, the kind of relation that leads back to an entity node_info already listed ranks last,
+    however close to the question: the question names the relation the walk came in by too."""
+    client = InProcessToolClient(variant(toolbox, node_info_order="question"))
+    question = "Where was the discoverer of Io born?"
+    galileo = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
+    alone = client.call(galileo, episode_id="fresh", question=question).content.split("\n")
+    assert alone[4:6] == ["1. Callisto [moon] -[discovered by]-> Galileo Galilei", "2. Galileo Galilei -[born in]-> Pisa"]
+    io = client.call('node_info(node_name="Io", graph_type="solar")', episode_id="walk", question=question).content
+    assert io.split("\n")[4] == "1. Io -[discovered by]-> Galileo Galilei [person]"
+    walked = client.call(galileo, episode_id="walk").content.split("\n")  # the episode keeps its question
+    assert walked[4:] == ["1. Galileo Galilei -[born in]-> Pisa", *GALILEO.split("\n")[5:]]
+    # another episode has walked nowhere
+    assert client.call(galileo, episode_id="other", question=question).content.split("\n") == alone
 
 
 def test_node_info_lists_everything_in_the_paper_profile(solar: Params, toolbox: KGToolbox) -> None:

@@ -15,7 +15,7 @@ TOKEN_ENV = "OMNE_TOOLS_TOKEN"
 
 class ToolClient(Protocol):
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
-             episode_id: str | None = None) -> ToolResult: ...
+             episode_id: str | None = None, question: str | None = None) -> ToolResult: ...
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]: ...
 
@@ -28,12 +28,13 @@ class InProcessToolClient:
         self.episodes = EpisodeStore()
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
-             episode_id: str | None = None, scope: Scope | None = None) -> ToolResult:
-        episode = self.episodes.get(episode_id, graph_type, scope)
+             episode_id: str | None = None, scope: Scope | None = None, question: str | None = None) -> ToolResult:
+        episode = self.episodes.get(episode_id, graph_type, scope, question)
         return self.toolbox.call(call, graph_type=graph_type, episode=episode)
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
-        return [self.call(r.call, graph_type=r.graph_type, episode_id=r.episode_id, scope=r.scope) for r in requests]
+        return [self.call(r.call, graph_type=r.graph_type, episode_id=r.episode_id, scope=r.scope,
+                          question=r.question) for r in requests]
 
 
 class HttpToolClient:
@@ -45,12 +46,14 @@ class HttpToolClient:
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
-             episode_id: str | None = None, scope: Scope | None = None) -> ToolResult:
+             episode_id: str | None = None, scope: Scope | None = None, question: str | None = None) -> ToolResult:
         if isinstance(call, ToolCall):
             call = call.model_dump()
         body = {"call": call, "graph_type": graph_type, "episode_id": episode_id}
         if scope is not None:  # sent only when set: servers without scopes keep working
             body["scope"] = scope.model_dump()
+        if question is not None:  # likewise
+            body["question"] = question
         response = self.http.post("/v1/tools/call", json=body)
         response.raise_for_status()
         return ToolResult.model_validate(response.json())

@@ -176,7 +176,8 @@ class RolloutEngine:
             return
         start = time.perf_counter()
         results = self.tools.batch([CallRequest(call=call, graph_type=episode.task.domain,  # type: ignore[union-attr]
-                                                episode_id=episode.episode_id) for episode, _, call in calls])
+                                                episode_id=episode.episode_id, question=episode.task.question)
+                                    for episode, _, call in calls])
         latency = (time.perf_counter() - start) / len(calls)
         for (episode, written, _), result in zip(calls, results, strict=True):
             episode.trajectory.tool_calls.append(ToolCallRecord(

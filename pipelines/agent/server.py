@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from pipelines.agent.calls import ErrorType, ToolError, printable
 from pipelines.agent.tools import (
+    QUESTION_MAX_CHARS,
     REQUEST_FIELD_MAX_CHARS,
     EpisodeState,
     KGToolbox,
@@ -56,6 +57,10 @@ class CallRequest(BaseModel):
                                   "calls; end it with DELETE /v1/episodes/{episode_id} to free that state.")
     scope: Scope | None = Field(None, description="Restrict the episode's tools to the entities within `hops` of "
                                 "`seeds` (external KGQA sets); kept by the episode for its later calls.")
+    question: Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": QUESTION_MAX_CHARS},
+                                                       {"type": "null"}]})] = Field(
+        None, description="The question the episode answers; kept by the episode for its later calls. With "
+        "tools.node_info_order: question, node_info lists the relations closest to it first.")
 
 
 class BatchRequest(BaseModel):
@@ -87,17 +92,21 @@ class EpisodeStore:
     def __len__(self) -> int:
         return len(self._states)
 
-    def get(self, episode_id: object, graph_type: object, scope: object = None) -> EpisodeState:
-        """The episode's state (a fresh one without an id); a ``scope`` given replaces the episode's."""
-        refusal = field_error("episode_id", episode_id) or field_error("graph_type", graph_type)
+    def get(self, episode_id: object, graph_type: object, scope: object = None,
+            question: object = None) -> EpisodeState:
+        """The episode's state (a fresh one without an id); a ``scope`` or ``question`` given replaces the
+        episode's."""
+        refusal = (field_error("episode_id", episode_id) or field_error("graph_type", graph_type)
+                   or field_error("question", question, QUESTION_MAX_CHARS))
         checked = None if refusal else checked_scope(scope, self.scope_max_bytes)
         if isinstance(checked, ToolError):
             refusal = checked
         if refusal is not None:
             return EpisodeState(refused=refusal)
         assert isinstance(graph_type, str | None) and isinstance(checked, Scope | None)
+        assert isinstance(question, str | None)
         if episode_id is None:
-            return EpisodeState(graph_type=graph_type, scope=checked)
+            return EpisodeState(graph_type=graph_type, scope=checked, question=question)
         assert isinstance(episode_id, str)
         with self._lock:
             entry = self._states.pop(episode_id, None)
@@ -108,6 +117,8 @@ class EpisodeStore:
                 self.nbytes -= entry[1]
             if checked is not None:
                 state.scope = checked
+            if question is not None:
+                state.question = question
             # measured now, i.e. with the path its previous calls grew (a search adds one bounded frame)
             size = state.nbytes() + sys.getsizeof(episode_id)
             self._states[episode_id] = (state, size)
@@ -213,7 +224,7 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
                                 headers={"WWW-Authenticate": "Bearer"})
 
     def run(request: CallRequest) -> ToolResult:
-        episode = episodes.get(request.episode_id, request.graph_type, request.scope)
+        episode = episodes.get(request.episode_id, request.graph_type, request.scope, request.question)
         return toolbox.call(request.call, graph_type=request.graph_type, episode=episode)
 
     def run_one(request: CallRequest) -> bytes:

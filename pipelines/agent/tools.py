@@ -117,7 +117,9 @@ class Scope(BaseModel):
 
 
 SEARCH_PATH_FRAMES = 128  # search steps an episode remembers for backtracking (its memory stays bounded)
+WALK_MEMORY = 16  # entities an episode remembers having listed with node_info (a walk is at most a few hops)
 REQUEST_FIELD_MAX_CHARS = 200  # graph_type and episode_id are names, never text
+QUESTION_MAX_CHARS = 4000  # an episode's question (a request field): longer is refused with a typed error
 
 
 @dataclass
@@ -132,6 +134,8 @@ class EpisodeState:
     path: list[Frame] = field(default_factory=list)
     scope: Scope | None = None  # None: the whole graph
     refused: ToolError | None = None
+    question: str | None = None  # what the episode answers: node_info lists the relations closest to it first
+    walked: list[int] = field(default_factory=list)  # entities node_info has listed (last WALK_MEMORY), in order
 
     def nbytes(self) -> int:
         """Estimated memory held (what a store of many episodes bounds in bytes)."""
@@ -140,7 +144,7 @@ class EpisodeState:
             size += 200 + sum(sys.getsizeof(seed) + 8 for seed in self.scope.seeds)
         for frame in self.path:
             size += 150 + sys.getsizeof(frame.question) + 36 * len(frame.candidates)
-        return size
+        return size + (sys.getsizeof(self.question) if self.question else 0) + 36 * len(self.walked)
 
 
 def field_error(name: str, value: object, max_chars: int = REQUEST_FIELD_MAX_CHARS) -> ToolError | None:
@@ -515,11 +519,16 @@ class KGToolbox:
         if entity is None:
             return self._not_found(name)
         relations = list(self._inside(graph, graph.incident(entity), entity, allowed))
+        by_question = self.tool_params.node_info_order == "question" and bool(episode.question)
+        if by_question:
+            relations = self._question_order(graph, entity, relations, episode)
+        episode.walked = [*(e for e in episode.walked if e != entity), entity][-WALK_MEMORY:]
         lines = []
         if graph.lookup(name) != entity:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
+        order = ", closest to the question first" if by_question and len(relations) > 1 else ""
         lines += [f"Entity: {graph.names[entity]}", f"Type: {graph.types[entity] or 'unknown'}",
-                  f"Description: {self._describe(graph.descriptions[entity])}", f"Relations ({len(relations)}):"]
+                  f"Description: {self._describe(graph.descriptions[entity])}", f"Relations ({len(relations)}{order}):"]
         cap = self.tool_params.node_info_max_neighbors
         shown = relations if cap is None else relations[:cap]
         arrow = "->" if graph.directed else "--"
@@ -533,6 +542,30 @@ class KGToolbox:
         if len(shown) < len(relations):
             lines.append(f"… {len(relations) - len(shown)} more relations not shown")
         return "\n".join(lines)
+
+    def _question_order(self, graph: DomainGraph, entity: int, relations: list[int],
+                        episode: EpisodeState) -> list[int]:
+        """``relations`` grouped by direction and label, the groups ranked by how close their label is to the
+        episode's question (cosine of the index encoder's vectors; tools.node_info_order: question), then listed in
+        turns: the first relation of every group in rank order, then every group's second, and so on (each group in
+        the graph's order), so that a group of many relations (a country's 40 subdivisions) hides no other kind
+        under the cap. A group holding a relation back to an entity the episode already listed ranks after the
+        rest: a walk seldom means to go back the way it came, and the question names that relation too."""
+        groups: dict[tuple[bool, str], list[int]] = {}
+        for r in relations:
+            groups.setdefault((int(graph.rel_src[r]) != entity, graph.rel_keywords[r]), []).append(r)
+        walked = set(episode.walked) - {entity}
+        question = self._embed(episode.question or "")
+        labels = [self._embed(label) for _, label in groups]  # one at a time: a vector never depends on a batch
+
+        def rank(item: tuple[int, tuple[bool, str]]) -> tuple[bool, float, int]:
+            position, key = item
+            back = any(graph.other_end(r, entity) in walked for r in groups[key])
+            return back, -float(labels[position] @ question), position
+
+        ranked = [groups[key] for _, key in sorted(enumerate(groups), key=rank)]
+        turns = max(map(len, ranked), default=0)
+        return [group[turn] for turn in range(turns) for group in ranked if turn < len(group)]
 
     def _listed_entity(self, graph: DomainGraph, entity: int) -> str:
         """An entity as node_info lists a neighbour and entity_matcher a hit without its description: its name, then

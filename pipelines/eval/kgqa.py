@@ -627,10 +627,11 @@ class ScopedToolClient:
         self.scopes: dict[str, Scope] = {}  # episode id -> scope
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
-             episode_id: str | None = None) -> ToolResult:
+             episode_id: str | None = None, question: str | None = None) -> ToolResult:
         scope = self.scopes.get(episode_id) if episode_id is not None else None
         return self.batch([CallRequest(call=call.model_dump() if isinstance(call, ToolCall) else call,
-                                       graph_type=graph_type, episode_id=episode_id, scope=scope)])[0]
+                                       graph_type=graph_type, episode_id=episode_id, scope=scope,
+                                       question=question)])[0]
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
         scoped = [r.model_copy(update={"scope": self.scopes[r.episode_id]})

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -208,8 +209,10 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         question, query = pair.question.replace(start, start_as), start_as
     turns: list[dict[str, str]] = [{"from": "human", "value": protocol.user_prompt(question, shown)}]
 
+    episode_id = uuid.uuid4().hex  # the conversation's tool episode: node_info may order by the question it knows
+
     def observe(name: str, entity: str, must_show: str) -> str | None:
-        result = tools.call(_call(name, entity, domain), graph_type=domain)
+        result = tools.call(_call(name, entity, domain), graph_type=domain, episode_id=episode_id, question=question)
         if not result.ok or not mentions(result.content, must_show):
             return None
         return protocol.response_message(result.content)
