@@ -135,7 +135,7 @@ class EpisodeState:
     scope: Scope | None = None  # None: the whole graph
     refused: ToolError | None = None
     question: str | None = None  # what the episode answers: node_info lists the relations closest to it first
-    walked: list[int] = field(default_factory=list)  # entities node_info has listed (last WALK_MEMORY), in order
+    walked: list[tuple[str, int]] = field(default_factory=list)  # (graph, entity) node_info listed, last WALK_MEMORY
 
     def nbytes(self) -> int:
         """Estimated memory held (what a store of many episodes bounds in bytes)."""
@@ -144,7 +144,7 @@ class EpisodeState:
             size += 200 + sum(sys.getsizeof(seed) + 8 for seed in self.scope.seeds)
         for frame in self.path:
             size += 150 + sys.getsizeof(frame.question) + 36 * len(frame.candidates)
-        return size + (sys.getsizeof(self.question) if self.question else 0) + 36 * len(self.walked)
+        return size + (sys.getsizeof(self.question) if self.question else 0) + 100 * len(self.walked)
 
 
 def field_error(name: str, value: object, max_chars: int = REQUEST_FIELD_MAX_CHARS) -> ToolError | None:
@@ -522,7 +522,8 @@ class KGToolbox:
         by_question = self.tool_params.node_info_order == "question" and bool(episode.question)
         if by_question:
             relations = self._question_order(graph, entity, relations, episode)
-        episode.walked = [*(e for e in episode.walked if e != entity), entity][-WALK_MEMORY:]
+        here = (graph.name, entity)
+        episode.walked = [*(seen for seen in episode.walked if seen != here), here][-WALK_MEMORY:]
         lines = []
         if graph.lookup(name) != entity:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
@@ -554,7 +555,7 @@ class KGToolbox:
         groups: dict[tuple[bool, str], list[int]] = {}
         for r in relations:
             groups.setdefault((int(graph.rel_src[r]) != entity, graph.rel_keywords[r]), []).append(r)
-        walked = set(episode.walked) - {entity}
+        walked = {seen for name, seen in episode.walked if name == graph.name} - {entity}
         question = self._embed(episode.question or "")
         labels = [self._embed(label) for _, label in groups]  # one at a time: a vector never depends on a batch
 
