@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "sft_packing", "sft_lm_head", "graph_names", "rl_step", "eval_slots"]
+           "sft_precision", "sft_packing", "sft_lm_head", "graph_names", "rl_step", "eval_slots", "node_info_order"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -274,12 +274,34 @@ def check_transfer(results: dict[str, Any]) -> list[str]:
     return ["training_s", "paired.overall.p_value"]
 
 
+def check_node_info_order(results: dict[str, Any]) -> list[str]:
+    setup, positions = results["setup"], results["positions"]
+    assert setup["samples"] == ["test", "train"] and set(positions) == {"graph", "question", "question_no_memory"}
+    for order in positions:
+        for split in setup["samples"]:
+            c = positions[order][split]
+            assert c["hops"] == setup["hops"][split] >= 1  # a rank (or absent) for every hop of every gold path
+            assert 0 <= c["first"] <= c["within_3"] <= c["within_5"] <= c["within_8"] <= c["within_15"]
+            assert c["within_15"] + c["absent"] <= c["hops"] and c["absent"] == 0  # every relation is listed
+            assert sum(b["pairs"] for b in c["by_bucket"].values()) == c["pairs"]
+            assert all(0 <= b["all_first"] <= b["pairs"] for b in c["by_bucket"].values())
+    for split in setup["samples"]:  # the same walks in both orders
+        assert len({positions[variant][split]["pairs"] for variant in positions}) == 1
+    cost = results["cost"]
+    assert cost["calls"] == sum(setup["hops"].values()) and cost["cap"] == setup["params_cap"]
+    for mode in ("warm", "cold"):
+        assert cost[mode]["graph"]["failed_calls"] == cost[mode]["question"]["failed_calls"] == 0
+        assert cost[mode]["graph"]["query_vectors_cached"] == 0 < cost[mode]["question"]["query_vectors_cached"]
+    return ["cost.warm.ratio", "cost.cold.ratio", "cost.warm.question.mean_us_per_call",
+            "cost.cold.graph.mean_us_per_call"]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
     "rl_curve": check_rl_curve, "rl_step": check_rl_step, "eval_slots": check_eval_slots, "sft": check_sft,
     "sft_precision": check_sft_precision, "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head,
-    "orchestration": check_orchestration, "reliability": check_reliability}
+    "orchestration": check_orchestration, "reliability": check_reliability, "node_info_order": check_node_info_order}
 
 
 def test_every_bench_script_has_a_toy_check() -> None:
