@@ -110,10 +110,11 @@ class SeedParams(_Section):
 
 class ToolParams(_Section):
     entity_matcher_top_k: int = Field(3, ge=1, le=100)
-    node_info_max_neighbors: int | None = Field(15, ge=1)  # None: every neighbour (the Omne-R1 paper's)
-    # the order of node_info's relations: graph (by label, outgoing first: the same for every question) | question
-    # (the labels closest to the episode's question first, a relation back to an entity already listed last)
-    node_info_order: Literal["graph", "question"] = "graph"
+    node_info_max_neighbors: int | None = Field(8, ge=1)  # None: every neighbour (the Omne-R1 paper's)
+    # the order of node_info's relations: graph (by label, outgoing first: the same for every question; the paper
+    # profile's) | question (the labels closest to the episode's question first, a relation back to an entity
+    # already listed last: docs/tools.md)
+    node_info_order: Literal["graph", "question"] = "question"
     description_max_chars: int | None = Field(80, ge=20)  # entity/relation descriptions clipped to this; None: whole
     # node_info's relation lines end with the relation's description (the Omne-R1 paper's) or not: a quick
     # conversation's relation descriptions are ~250 of its ~1,500 tokens, and the label says the same hop
