@@ -43,10 +43,16 @@ from pipelines.config import ToolParams
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 4096
-# a name field is typed as text in the schema but accepted as anything, so that a wrong value becomes a
-# typed tool error for that call (as in-process) rather than a 422 for the whole request or batch
-NameField = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": REQUEST_FIELD_MAX_CHARS},
-                                                     {"type": "null"}]})]
+
+
+def lenient_text(max_chars: int) -> Any:
+    """A request field typed as text (at most ``max_chars``) in the schema but accepted as anything, so that a wrong
+    value becomes a typed tool error for that call (as in-process) rather than a 422 for the whole request or batch."""
+    return Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": max_chars}, {"type": "null"}]})]
+
+
+NameField = lenient_text(REQUEST_FIELD_MAX_CHARS)
+QuestionField = lenient_text(QUESTION_MAX_CHARS)
 
 
 class CallRequest(BaseModel):
@@ -57,8 +63,7 @@ class CallRequest(BaseModel):
                                   "calls; end it with DELETE /v1/episodes/{episode_id} to free that state.")
     scope: Scope | None = Field(None, description="Restrict the episode's tools to the entities within `hops` of "
                                 "`seeds` (external KGQA sets); kept by the episode for its later calls.")
-    question: Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": QUESTION_MAX_CHARS},
-                                                       {"type": "null"}]})] = Field(
+    question: QuestionField = Field(
         None, description="The question the episode answers; kept by the episode for its later calls. With "
         "tools.node_info_order: question, node_info lists the relations closest to it first.")
 
