@@ -240,9 +240,11 @@ class SFTDataParams(DomainSelection):
     renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0)
     # the thinking between hops: "relations" names the relation read and the next entity; "remaining_question"
     # says the relation as the KG describes it and what is left of the question (the nested question read one
-    # clause at a time); "llm" has the LLM endpoint (params.llm) rewrite the remaining_question text in its own
-    # words, kept only when no thought before the last names the answer (pipelines/train/llm_thinking.py)
-    thinking: Literal["relations", "remaining_question", "llm"] = "remaining_question"
+    # clause at a time); "filled_question" says the relation and the question itself with each entity reached
+    # named in it (a copy with one name written in; remaining_question's text where the question is not the
+    # template writer's for the path); "llm" has the LLM endpoint (params.llm) rewrite the remaining_question text
+    # in its own words, kept only when no thought before the last names the answer (pipelines/train/llm_thinking.py)
+    thinking: Literal["relations", "remaining_question", "filled_question", "llm"] = "remaining_question"
     mode: Literal["think", "no_think"] = "think"
     teacher_model: str = ""  # model name at the llm endpoint for the teacher source
     seed: int = 0

@@ -30,8 +30,9 @@ from pipelines.qa.dataset import dedupe, split_of
 from pipelines.qa.models import PathEdge, QAPair, Validation, qa_id
 from pipelines.qa.names import leaked_names, mentions
 from pipelines.qa.paths import RelationGraph, Step
+from pipelines.qa.phrases import PhraseLexicon, RelationPhrases
 from pipelines.qa.seeds import ball_nodes, sample_seed_subgraphs
-from pipelines.qa.template import keyword_sentence, remaining_questions, write_question
+from pipelines.qa.template import filled_questions, keyword_sentence, remaining_questions, write_question
 from pipelines.qa.validate import check_pair
 from tests.conftest import CHEMISTRY_REGISTRY, PROJECT_ROOT, make_project
 
@@ -123,6 +124,53 @@ def test_a_sentence_that_starts_with_a_lower_case_name_keeps_the_name_as_written
     assert write_question(graph, 0, [Step(0, True), Step(1, True), Step(2, True)]) == \
         "iPhone is made by a company, which is based in a country. Which currency does that country use?"
     assert write_question(graph, 0, [Step(0, True)]) == "Which company is iPhone made by?"
+
+
+def test_filled_questions_name_each_bridge_reached_in_the_questions_own_sentences() -> None:
+    names = ["Thorium-222", "Uranium-226", "Plutonium-230", "Plutonium", "Actinides", "TestSuite", "BaseTestSuite",
+             "unittest.suite", "unittest"]
+    types = ["isotope", "isotope", "isotope", "element", "series", "class", "class", "module", "package"]
+    entities = pl.DataFrame({"id": list(range(9)), "name": names, "key": [n.lower() for n in names], "type": types,
+                             "description": [""] * 9, "source_ids": [[] for _ in names]}, schema=ENTITY_SCHEMA)
+    relations = pl.DataFrame({"src": [1, 2, 2, 3, 5, 5, 7], "dst": [0, 1, 3, 4, 6, 7, 8],
+                              "keywords": ["decays to", "decays to", "isotope of", "in series", "subclass of",
+                                           "defined in", "submodule of"],
+                              "description": ["Uranium-226 decays to Thorium-222.", "Plutonium-230 decays to "
+                                              "Uranium-226.", "Plutonium-230 is an isotope of Plutonium.",
+                                              "Plutonium belongs to the Actinides.", "TestSuite is a subclass of "
+                                              "BaseTestSuite.", "TestSuite is defined in unittest.suite.",
+                                              "unittest.suite is a submodule of unittest."], "weight": [1.0] * 7},
+                             schema=RELATION_SCHEMA)
+    graph = RelationGraph(KnowledgeGraph(entities=entities, relations=relations, directed=True))
+    decays = [Step(0, False), Step(1, False), Step(2, True), Step(3, True)]
+    question = write_question(graph, 0, decays)
+    assert question == ("An isotope decays to the isotope that decays to Thorium-222. That isotope is an isotope of "
+                        "an element. Which series does that element belong to?")
+    # one name more after each hop, in the same sentences; the last hop's question is left to answer
+    assert filled_questions(graph, 0, decays) == [
+        "An isotope decays to Uranium-226. That isotope is an isotope of an element. Which series does that element "
+        "belong to?",
+        "Plutonium-230 decays to Uranium-226. Plutonium-230 is an isotope of an element. Which series does that "
+        "element belong to?",
+        "Plutonium-230 decays to Uranium-226. Plutonium-230 is an isotope of Plutonium. Which series does Plutonium "
+        "belong to?"]
+    # a name that ends like the one before it ("TestSuite", "BaseTestSuite") keeps the question's form (the
+    # software domain's phrases: no head_noun, so the first hop is a sentence of its own)
+    asked_forwards = PhraseLexicon(relations={
+        "subclass of": RelationPhrases(statement="{head} is a subclass of {tail}"),
+        "defined in": RelationPhrases(statement="{head} is defined in {tail}"),
+        "submodule of": RelationPhrases(statement="{head} is a submodule of {tail}",
+                                        ask_tail="Which {type} is {head} a submodule of?")})
+    graph = RelationGraph(graph.kg, asked_forwards)
+    classes = [Step(4, False), Step(5, True), Step(6, True)]
+    assert write_question(graph, 6, classes) == ("A class is a subclass of BaseTestSuite. That class is defined in a "
+                                                 "module. Which package is that module a submodule of?")
+    assert filled_questions(graph, 6, classes) == [
+        "TestSuite is a subclass of BaseTestSuite. TestSuite is defined in a module. Which package is that module a "
+        "submodule of?",
+        "TestSuite is a subclass of BaseTestSuite. TestSuite is defined in unittest.suite. Which package is "
+        "unittest.suite a submodule of?"]
+    assert filled_questions(graph, 6, classes[:1]) == []
 
 
 def test_names_are_matched_as_whole_names() -> None:

@@ -14,7 +14,7 @@ from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_knowledge_graph
 from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs, read_qa_pairs, relation_graph
-from pipelines.qa.names import leaked_names, usable_name
+from pipelines.qa.names import leaked_names, mentions, usable_name
 from pipelines.qa.phrases import (
     PhraseLexicon,
     RelationPhrases,
@@ -156,6 +156,41 @@ def test_embedded_questions_are_readable_and_leak_nothing(embedded: Params, doma
     for pair in (p for p in pairs if p.bucket == "3+"):
         assert pair.question.count(pair.start_entity) == 1 and pair.question.count("?") == 1
         assert pair.question.endswith("?") and len([s for s in pair.question.split(". ") if s]) <= 3
+
+
+@pytest.mark.parametrize("domain", EMBEDDED)
+def test_filled_questions_keep_the_questions_sentences_and_name_each_entity_reached(embedded: Params,
+                                                                                   domain: str) -> None:
+    from pipelines.qa.template import filled_questions, remaining_questions, write_question
+    from pipelines.qa.validate import edge_steps
+    from pipelines.train.sft_data import path_reading
+
+    graph = relation_graph(domain, embedded)
+    checked = 0
+    for pair in (p for p in read_qa_pairs(domain, embedded) if p.bucket == "3+"):
+        ids = [graph.entity_id(n) for n in pair.path]
+        steps = edge_steps(graph, ids, pair.path_edges)
+        assert steps is not None and write_question(graph, ids[0], steps) == pair.question  # the writer's own
+        filled = filled_questions(graph, ids[0], steps)
+        assert filled is not None and len(filled) == pair.hops - 1
+        last = pair.question.rsplit(". ", 1)[-1].split()[0]
+        for k, text in enumerate(filled, start=1):
+            # the same sentences (a named bridge never merges or splits one), the same question at the end
+            plain = text
+            for name in pair.path[1:k + 1]:  # (a name may hold ". ": "Montana (U.S. state)")
+                plain = plain.replace(name, "N")
+            assert len(plain.split(". ")) == len(pair.question.split(". ")), (pair.question, text)
+            assert text.endswith("?") and text.rsplit(". ", 1)[-1].split()[0] == last, text
+            assert all(mentions(text, name) for name in pair.path[1:k + 1]), (pair.question, text)
+            assert text != (filled[k - 2] if k > 1 else pair.question)
+        # the SFT thinking (sft_data.thinking: filled_question) reads them for the question the writer wrote, and
+        # remaining_question's rewrite for any other text (a paraphrase)
+        reading = path_reading(graph, pair.path, pair.path_edges, filled_from=pair.question)
+        paraphrased = path_reading(graph, pair.path, pair.path_edges, filled_from=f"Tell me: {pair.question}")
+        assert reading is not None and paraphrased is not None and reading.remaining == filled
+        assert paraphrased.remaining == remaining_questions(graph, ids[0], steps) != filled
+        checked += 1
+    assert checked >= 30
 
 
 def test_a_phrase_fixed_in_the_file_changes_its_questions(embedded: Params) -> None:

@@ -105,6 +105,37 @@ def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar
     assert multi_hop > 0
 
 
+def test_filled_question_thinking_copies_the_question_with_each_entity_reached_named(solar_qa: Params) -> None:
+    remaining = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"thinking": "remaining_question"})})
+    build_sft_conversations(remaining, progress=False)
+    rewritten = {r.id: r for r in read_sft_conversations(remaining)}
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"thinking": "filled_question"})})
+    assert not build_sft_conversations(params, progress=False).skipped  # the thinking is part of the fingerprint
+    train = {p.id: p for p in load_split(params, "train")}
+    multi_hop = 0
+    for record in read_sft_conversations(params):
+        pair = train[record.id.rsplit("-t", 1)[0]]
+        thinks = [t["value"].split("</think>")[0].removeprefix("<think>") for t in record.conversations
+                  if t["from"] == "gpt"]
+        left = [t.split("So the question becomes: ", 1)[1] for t in thinks[2:-1]]
+        assert len(left) == pair.hops - 1 and thinks[-1].endswith(f"That answers the question: {pair.answer}.")
+        # each text names every entity reached so far, and asks what the question asks
+        for i, text in enumerate(left):
+            assert all(mentions(text, node) for node in pair.path[1:i + 2]), (record.id, text)
+            assert text.rsplit(". ", 1)[-1].split()[0] == pair.question.rsplit(". ", 1)[-1].split()[0]
+        # solar's multi-hop questions are 2-hop: the filled question is the last hop's, as remaining_question's
+        old = [t.split("So the question becomes: ", 1)[1] for t in
+               [t["value"].split("</think>")[0] for t in rewritten[record.id].conversations if t["from"] == "gpt"][2:-1]]
+        assert left == old
+        multi_hop += len(left) > 0
+        # the walk is the same: only the thinking differs
+        actions = [t["value"].split("</think>")[-1] for t in record.conversations]
+        assert actions == [t["value"].split("</think>")[-1] for t in rewritten[record.id].conversations]
+    assert multi_hop > 0  # (3+ questions: tests/test_qa_readable.py, on the embedded domains)
+
+
 def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_qa: Params) -> None:
     import re
 

@@ -50,11 +50,11 @@ def _fill(template: str, **values: str) -> str:
     return template
 
 
-def _sentence(text: str, name: str = "") -> str:
+def _sentence(text: str, *names: str) -> str:
     """The text as a sentence: one space between words, the first letter capitalised unless the text starts
-    with the entity ``name`` (a name keeps its case: "configparser.ConfigParser", "iPhone")."""
+    with one of the entity ``names`` (a name keeps its case: "configparser.ConfigParser", "iPhone")."""
     text = _SPACES.sub(" ", text).strip()
-    return text if name and text.startswith(name) else text[:1].upper() + text[1:]
+    return text if any(n and text.startswith(n) for n in names) else text[:1].upper() + text[1:]
 
 
 WRITER_VERSION = 3  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
@@ -70,10 +70,13 @@ def indefinite(noun: str) -> str:
 
 class _Bridges:
     """How the bridges of a 3+-hop question are introduced and referred to: "a country" / "that country";
-    when two bridges share a noun, "an isotope", "a second isotope" / "the first isotope", "the second isotope"."""
+    when two bridges share a noun, "an isotope", "a second isotope" / "the first isotope", "the second isotope".
+    A bridge in ``names`` (node index -> entity name: a walk has reached it) is named instead, and the others keep
+    the words they had (a named first isotope leaves "a second isotope" as it was)."""
 
-    def __init__(self, nouns: list[str]) -> None:
+    def __init__(self, nouns: list[str], names: dict[int, str] | None = None) -> None:
         self.nouns = nouns  # by node index along the path
+        self.names = names or {}
         self.total = Counter(nouns[1:-1])
         self.order: dict[int, int] = {}
 
@@ -84,12 +87,16 @@ class _Bridges:
     def introduce(self, node: int) -> str:
         noun = self.nouns[node]
         index = self.order.setdefault(node, sum(self.nouns[n] == noun for n in self.order))
+        if node in self.names:
+            return self.names[node]
         if index == 0:
             return indefinite(noun)
         return f"a {_ORDINALS[min(index, len(_ORDINALS) - 1)]} {noun}"
 
     def refer(self, node: int) -> str:
         noun = self.nouns[node]
+        if node in self.names:
+            return self.names[node]
         if self.total[noun] <= 1:
             return f"that {noun}"
         return f"the {_ORDINALS[min(self.order.get(node, 0), len(_ORDINALS) - 1)]} {noun}"
@@ -128,12 +135,13 @@ def _relative(phrases: RelationPhrases, forward: bool, there: str) -> str | None
     return "which " + " ".join(words).replace(far, there)
 
 
-def write_question(graph: RelationGraph, start: int, steps: list[Step]) -> str | None:
+def write_question(graph: RelationGraph, start: int, steps: list[Step], known: int = 0) -> str | None:
     """The question of a path, in the forms of docs/qa.md: one hop asks directly ("Which currency does
     Peru use?"); two hops describe the bridge in one noun phrase ("Which currency does the country whose
     capital is Lima use?"); three or more are two or three short sentences that name the start once,
     introduce each bridge ("..., which is in a subregion. That subregion ...") and ask one question at the
-    end. None when a hop has no phrase that form needs."""
+    end. None when a hop has no phrase that form needs. ``known``: the first ``known`` bridges are named in
+    the same sentences (``filled_questions``)."""
     book = graph.phrasebook
     nodes = graph.path_nodes(start, steps)
     hops = [book.relation(step.relation) for step in steps]
@@ -143,41 +151,45 @@ def write_question(graph: RelationGraph, start: int, steps: list[Step]) -> str |
     nouns = [book.noun(n) for n in nodes]
     forward = [step.forward for step in steps]
     start_name, k = graph.names[start], len(steps)
+    names = {i: graph.names[nodes[i]] for i in range(1, min(known, k - 1) + 1)}
     if k == 1:
         question = _ask(phrases[0], forward[0], start_name, nouns[1])
     elif k == 2 and (bridge := _describe(phrases[0], forward[0], start_name, nouns[1])) is not None:
-        question = _ask(phrases[1], forward[1], bridge, nouns[2])
+        question = _ask(phrases[1], forward[1], names.get(1, bridge), nouns[2])
     else:
-        question = _bridge_sentences(phrases, forward, start_name, nouns)
+        question = _bridge_sentences(phrases, forward, start_name, nouns, names)
     if question is None:
         return None
-    question = _sentence(question, start_name)
+    question = _sentence(question, start_name, *names.values())
     return question if question.endswith("?") else question.rstrip(".") + "?"
 
 
 def _bridge_sentences(phrases: list[RelationPhrases], forward: list[bool], start_name: str,
-                      nouns: list[str]) -> str | None:
+                      nouns: list[str], names: dict[int, str] | None = None) -> str | None:
     """Two or three short sentences: the first hop states how the start relates to the first bridge (and,
     when that bridge ends the sentence, a clause takes the second hop), one sentence per further bridge,
-    and the question of the last hop."""
-    k, bridges = len(phrases), _Bridges(nouns)
+    and the question of the last hop; the bridges in ``names`` are named."""
+    names = names or {}
+    k, bridges = len(phrases), _Bridges(nouns, names)
     first = _state(phrases[0], forward[0], start_name, bridges.introduce(1))
     sentences, middle = [first], 1
-    if k > 2 and first.endswith(bridges.introduce(1)):
+    plain = _Bridges(nouns)  # the form is chosen as for the unnamed question, so a named bridge never changes it
+    if k > 2 and _state(phrases[0], forward[0], start_name, plain.introduce(1)).endswith(plain.introduce(1)):
         clause = _relative(phrases[1], forward[1], bridges.introduce(2))
         if clause is not None:  # "X is a state or province of a country, which is in a subregion."
             sentences, middle = [f"{first}, {clause}"], 2
     if middle == 1 and k > 2 and (described := _describe(phrases[0], forward[0], start_name, nouns[1])):
         # "An isotope decays to the isotope that decays to Radium-217."
-        bridges = _Bridges(nouns)
+        bridges = _Bridges(nouns, names)
         bridges.described(1)
-        sentences, middle = [_state(phrases[1], forward[1], described, bridges.introduce(2))], 2
+        sentences, middle = [_state(phrases[1], forward[1], names.get(1, described), bridges.introduce(2))], 2
     for i in range(middle, k - 1):
         sentences.append(_state(phrases[i], forward[i], bridges.refer(i), bridges.introduce(i + 1)))
     final = _ask(phrases[-1], forward[-1], bridges.refer(k - 1), nouns[-1])
     if final is None or len(sentences) > MAX_STATEMENTS:
         return None
-    return " ".join([*(_sentence(s, start_name) + "." for s in sentences), _sentence(final)])
+    named = (start_name, *names.values())
+    return " ".join([*(_sentence(s, *named) + "." for s in sentences), _sentence(final, *names.values())])
 
 
 def remaining_questions(graph: RelationGraph, start: int, steps: list[Step]) -> list[str]:
@@ -190,6 +202,16 @@ def remaining_questions(graph: RelationGraph, start: int, steps: list[Step]) -> 
         question = write_question(graph, nodes[k], steps[k:])
         left.append(question if question is not None else relation_sentence(graph, steps[k].relation) + ".")
     return left
+
+
+def filled_questions(graph: RelationGraph, start: int, steps: list[Step]) -> list[str] | None:
+    """The path's question after each hop but the last, with every bridge reached so far named in the question's
+    own sentences ("Yukon Territory is a state or province of Canada, which shares a land border with a second
+    country. Which currency does the second country use?"): each is the one before with one name written in, an
+    edit a small model copies more reliably than ``remaining_questions``' rewrite. None when the writer cannot
+    write the path's question."""
+    left = [write_question(graph, start, steps, known=k) for k in range(1, len(steps))]
+    return None if any(q is None for q in left) else left  # type: ignore[return-value]
 
 
 def sample_template_path(graph: RelationGraph, seed: int, hops: int, allowed: set[int],

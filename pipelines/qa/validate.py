@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel
 
-from pipelines.qa.models import Bucket
+from pipelines.qa.models import Bucket, PathEdge
 from pipelines.qa.names import _name_pattern, leaked_names, mentions
 from pipelines.qa.paths import RelationGraph, Step
 
@@ -31,17 +31,26 @@ class RuleVerdict(BaseModel):
         return self.path_valid and self.question_valid
 
 
-def resolve_steps(graph: RelationGraph, node_ids: list[int], preferred: list[str] | None = None) -> list[Step] | None:
-    """One relation per consecutive pair (the one whose keywords the generator named, if any)."""
+def resolve_steps(graph: RelationGraph, node_ids: list[int], preferred: list[str] | None = None,
+                  forward: list[bool] | None = None) -> list[Step] | None:
+    """One relation per consecutive pair (the one whose keywords the generator named, if any, and walked the way
+    ``forward`` says when a label joins the two entities both ways: "A excludes B" and "B excludes A")."""
     steps = []
     for i, (a, b) in enumerate(zip(node_ids, node_ids[1:], strict=False)):
         options = graph.steps_between(a, b)
         if not options:
             return None
         wanted = preferred[i].casefold() if preferred and i < len(preferred) else None
-        chosen = next((s for s in options if wanted and graph.keywords[s.relation].casefold() == wanted), options[0])
-        steps.append(chosen)
+        named = [s for s in options if wanted and graph.keywords[s.relation].casefold() == wanted] or options
+        way = forward[i] if forward is not None and i < len(forward) else None
+        steps.append(next((s for s in named if s.forward == way), named[0]))
     return steps
+
+
+def edge_steps(graph: RelationGraph, node_ids: list[int], edges: list[PathEdge]) -> list[Step] | None:
+    """The steps of a stored path: each edge's relation, walked the way its ``src`` says."""
+    return resolve_steps(graph, node_ids, [e.keywords for e in edges],
+                         [e.src == graph.names[a] for e, a in zip(edges, node_ids, strict=False)])
 
 
 def check_path(graph: RelationGraph, path: list[str], answer: str, seed: int, bucket: Bucket, *,

@@ -39,15 +39,23 @@ from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conv
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.names import mentions
 from pipelines.qa.paths import RelationGraph
-from pipelines.qa.template import indefinite, keyword_sentence, relation_sentence, remaining_questions
-from pipelines.qa.validate import resolve_steps
+from pipelines.qa.template import (
+    filled_questions,
+    indefinite,
+    keyword_sentence,
+    relation_sentence,
+    remaining_questions,
+    write_question,
+)
+from pipelines.qa.validate import edge_steps
 from pipelines.train.graph_names import alias_words, graph_alias
 
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 4  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
-# 4 checks each hop's type against the question's (with tools.neighbor_types)
+TEMPLATE_VERSION = 5  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
+# 4 checks each hop's type against the question's (with tools.neighbor_types); 5 reads a label that joins two
+# entities both ways in the direction the gold path walked it
 # (sft_data.thinking, also in the fingerprint, picks 3's "relations" text or the "remaining_question" one)
 
 
@@ -90,21 +98,26 @@ class PathReading(BaseModel):
     types: list[str | None] = []
 
 
-def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *,
-                 descriptions: bool = True, types: bool = False) -> PathReading | None:
+def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *, descriptions: bool = True,
+                 types: bool = False, filled_from: str | None = None) -> PathReading | None:
     """The reading of a gold path in its domain's graph; None when the graph does not hold the path.
     ``descriptions``: each hop may be read from the relation's description (when node_info shows them), else
     from its label's phrasing, so that a thought never quotes text the tool responses did not show; ``types``:
-    whether node_info shows the neighbours' types (and so whether the thinking may check them)."""
+    whether node_info shows the neighbours' types (and so whether the thinking may check them); ``filled_from``: the
+    question asked (``sft_data.thinking: filled_question``): what is left is that question with the entities reached
+    named in it (``filled_questions``) when the template writer writes it for this path, else ``remaining_questions``'
+    rewrite (the question of another valid path, a paraphrase)."""
     ids = [graph.entity_id(n) for n in nodes]
     if any(i is None for i in ids):
         return None
-    steps = resolve_steps(graph, ids, [e.keywords for e in edges])  # type: ignore[arg-type]
+    steps = edge_steps(graph, ids, edges)  # type: ignore[arg-type]
     if steps is None:
         return None
+    filled = (filled_questions(graph, ids[0], steps)  # type: ignore[arg-type]
+              if filled_from is not None and write_question(graph, ids[0], steps) == filled_from else None)  # type: ignore[arg-type]
     return PathReading(sentences=[relation_sentence(graph, step.relation, descriptions=descriptions)
                                   for step in steps],
-                       remaining=remaining_questions(graph, ids[0], steps),  # type: ignore[arg-type]
+                       remaining=filled or remaining_questions(graph, ids[0], steps),  # type: ignore[arg-type]
                        types=[shown_type(graph.types[i]) for i in ids] if types else [])  # type: ignore[index]
 
 
@@ -179,7 +192,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           path_index: int = 0, misspell: random.Random | None = None,
                           graph: RelationGraph | None = None, graph_name: str | None = None,
                           specs: str = "json", relation_descriptions: bool = True,
-                          neighbor_types: bool = False) -> SFTConversation | None:
+                          neighbor_types: bool = False, filled_question: bool = False) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -191,7 +204,9 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     say it, the tools answer from the domain); None: the domain's own name. ``specs``: how the system prompt lists
     the tools (tools.prompt_specs); ``relation_descriptions``: whether node_info shows them (tools.
     relation_descriptions), and so whether the thinking may quote them; ``neighbor_types``: whether node_info shows
-    the neighbours' types (tools.neighbor_types), and so whether the thinking checks them (``type_check``).
+    the neighbours' types (tools.neighbor_types), and so whether the thinking checks them (``type_check``);
+    ``filled_question``: what is left of the question is the question with the entities reached named in it
+    (``sft_data.thinking: filled_question``; ``path_reading``).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -218,7 +233,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         return protocol.response_message(result.content)
 
     hops = len(edges)
-    reading = (path_reading(graph, nodes, edges, descriptions=relation_descriptions, types=neighbor_types)
+    reading = (path_reading(graph, nodes, edges, descriptions=relation_descriptions, types=neighbor_types,
+                            filled_from=pair.question if filled_question else None)
                if graph is not None else None)
     thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
@@ -451,14 +467,16 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     toolbox.load_all()
     tools = InProcessToolClient(toolbox)
     graphs = ({d: relation_graph(d, params) for d in domains}
-              if settings.thinking in ("remaining_question", "llm") else {})  # (llm rewrites remaining_question's)
+              if settings.thinking in ("remaining_question", "filled_question", "llm")
+              else {})  # (llm rewrites remaining_question's)
     words = alias_words(name for p in pairs for name in (p.path[0], p.answer))
     registered = load_registry(params.registry_path).names
     records: list[SFTConversation] = []
     skipped = 0
     writing = {"mode": settings.mode, "specs": params.tools.prompt_specs,
                "relation_descriptions": params.tools.relation_descriptions,
-               "neighbor_types": params.tools.neighbor_types}
+               "neighbor_types": params.tools.neighbor_types,
+               "filled_question": settings.thinking == "filled_question"}
     if "template" in settings.sources:
         from tqdm.auto import tqdm
 
