@@ -9,7 +9,15 @@ import pytest
 
 from pipelines.agent.calls import ErrorType, ToolCall, ToolError, format_call, parse_call
 from pipelines.agent.client import InProcessToolClient
-from pipelines.agent.tools import TOOL_SPECS, EpisodeState, KGToolbox, ToolResult
+from pipelines.agent.tools import (
+    TOOL_SPECS,
+    EpisodeState,
+    KGToolbox,
+    ToolResult,
+    question_clauses,
+    relation_phrase,
+    walk_clause,
+)
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
@@ -218,11 +226,51 @@ def test_node_info_lists_the_relations_closest_to_the_episode_question_first(too
     assert graph_order.call(call, question="Where was Galileo Galilei born?").content == GALILEO
 
 
+YUKON = ("Yukon Territory is a state or province of a country, which shares a land border with a second country. "
+         "Which currency does the second country use?")
+
+
+def test_a_question_is_cut_into_the_clauses_a_walk_reads_in_turn() -> None:
+    assert question_clauses(YUKON) == ["Yukon Territory is a state or province of a country",
+                                       "which shares a land border with a second country.",
+                                       "Which currency does the second country use?"]
+    assert question_clauses("Which currency does the country whose capital is Lima use?") == [
+        "Which currency does the country", "whose capital is Lima use?"]
+    # a piece of one or two words joins the next; a question of one clause stays whole
+    assert question_clauses("In which country or territory is Wolof spoken but not official?") == [
+        "In which country or territory is Wolof spoken but not official?"]
+    assert question_clauses("Where was Galileo Galilei born?") == ["Where was Galileo Galilei born?"]
+    assert question_clauses("") == []
+    # the walk starts at the clause naming the start, goes to the nearest statement left, and ends at the question;
+    # an entity keeps its clause (a repeated call), and once every clause is walked none is left
+    episode = EpisodeState(question=YUKON)
+    assert walk_clause(episode, "geo", 7, "Yukon Territory") == question_clauses(YUKON)[0]
+    assert walk_clause(episode, "geo", 8, "Canada") == question_clauses(YUKON)[1]
+    assert walk_clause(episode, "geo", 7, "Yukon Territory") == question_clauses(YUKON)[0]
+    assert walk_clause(episode, "geo", 9, "United States") == question_clauses(YUKON)[2]
+    assert walk_clause(episode, "geo", 10, "US Dollar") is None
+    assert walk_clause(EpisodeState(), "geo", 7, "Yukon Territory") is None
+    assert relation_phrase(False, "orbits", "Jupiter", "star") == "Jupiter orbits a star"
+    assert relation_phrase(True, "orbits", "Jupiter", "moon") == "a moon orbits Jupiter"
+    assert relation_phrase(True, "decays to", "Barium-129", "unknown") == "an entity decays to Barium-129"
+
+
+def test_node_info_ranks_a_label_that_runs_both_ways_by_the_way_the_question_reads(toolbox: KGToolbox) -> None:
+    """Jupiter orbits the Sun and four moons orbit Jupiter: one label both ways. Each way is read with Jupiter on its
+    side and the other end's type ("Jupiter orbits a star", "a moon orbits Jupiter"), so the question picks it."""
+    client = InProcessToolClient(variant(toolbox, node_info_order="question"))
+    call = 'node_info(node_name="Jupiter", graph_type="solar")'
+    sun, moon = "Jupiter -[orbits]-> Sun [star]", "Callisto [moon] -[orbits]-> Jupiter"
+    for question, first in [("Which moons orbit Jupiter?", moon), ("Which star does Jupiter orbit?", sun),
+                            ("What does Jupiter orbit?", sun), ("Jupiter orbits a star. Which galaxy is it in?", sun)]:
+        assert client.call(call, question=question).content.split("\n")[4] == f"1. {first}", question
+
+
 def test_node_info_lists_the_way_back_of_a_walk_last(toolbox: KGToolbox) -> None:
     """Within one episode, the kind of relation that leads back to an entity node_info already listed ranks last,
     however close to the question: the question names the relation the walk came in by too."""
     client = InProcessToolClient(variant(toolbox, node_info_order="question"))
-    question = "Where was the discoverer of Io born?"
+    question = "Which astronomer discovered Io?"
     galileo = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
     alone = client.call(galileo, episode_id="fresh", question=question).content.split("\n")
     assert alone[4:6] == ["1. Callisto [moon] -[discovered by]-> Galileo Galilei", "2. Galileo Galilei -[born in]-> Pisa"]

@@ -29,11 +29,12 @@ NO_THINK_PREFIX = "<think>\n\n</think>\n"
 # The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
 # (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
 # change to a system_prompt below (or to the tool specs they list, or to the text the tools answer with).
-PROMPT_VERSION = 5  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
+PROMPT_VERSION = 6  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
 # 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too);
 # 4: node_info writes each neighbour's type after its name, "Russia [territory]" (tools.neighbor_types);
 # 5: omne's rules in one paragraph, not a numbered list, and shorter tool descriptions; entity_matcher lists names
-# without descriptions (tools.matcher_descriptions)
+# without descriptions (tools.matcher_descriptions); 6: node_info's question order ranks the labels by the clause of
+# the question the walk is at, a label that runs both ways read with the entity on its side
 
 
 @dataclass

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -48,6 +49,7 @@ from pipelines.kg.embed import Encoder
 from pipelines.kg.model import TYPED_NAME, normalise_key, shown_type
 from pipelines.layout import kg_dir
 from pipelines.manifest import MANIFEST_NAME
+from pipelines.qa.template import indefinite
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,8 @@ class EpisodeState:
     refused: ToolError | None = None
     question: str | None = None  # what the episode answers: node_info lists the relations closest to it first
     walked: list[tuple[str, int]] = field(default_factory=list)  # (graph, entity) node_info listed, last WALK_MEMORY
+    # the clause of the question each walked entity's relations were ranked by (index in question_clauses)
+    clause_of: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def nbytes(self) -> int:
         """Estimated memory held (what a store of many episodes bounds in bytes)."""
@@ -144,7 +148,56 @@ class EpisodeState:
             size += 200 + sum(sys.getsizeof(seed) + 8 for seed in self.scope.seeds)
         for frame in self.path:
             size += 150 + sys.getsizeof(frame.question) + 36 * len(frame.candidates)
-        return size + (sys.getsizeof(self.question) if self.question else 0) + 100 * len(self.walked)
+        return (size + (sys.getsizeof(self.question) if self.question else 0) + 100 * len(self.walked)
+                + 150 * len(self.clause_of))
+
+
+_CLAUSE_BREAK = re.compile(r"(?<=[.?!])\s+|,\s+|\s+(?=(?:which|whose)\s)")
+CLAUSE_QUESTION_WEIGHT = 0.1  # the whole question's share of node_info's ranking, beside the walk's clause
+
+
+def question_clauses(question: str) -> list[str]:
+    """The question cut where a sentence, a comma or a relative "which"/"whose" starts a new clause ("Yukon Territory
+    is a state or province of a country" | "which shares a land border with a second country" | "Which currency does
+    the second country use?"); a piece of one or two words joins the next ("In which ...")."""
+    clauses: list[str] = []
+    carry = ""
+    for piece in filter(None, (p.strip() for p in _CLAUSE_BREAK.split(question))):
+        piece = f"{carry} {piece}".strip()
+        carry = piece if len(piece.split()) <= 2 else ""
+        if not carry:
+            clauses.append(piece)
+    if carry:
+        clauses[-1:] = [f"{clauses[-1]} {carry}" if clauses else carry]
+    return clauses
+
+
+def walk_clause(episode: EpisodeState, graph: str, entity: int, name: str) -> str | None:
+    """The clause of the episode's question that says the hop from ``entity``: the first clause not yet walked
+    that names it (the start), else the one nearest to the clause of the entity walked last, a question ("...?")
+    only when no statement is left (a template question's bridges read outward from the start, its question comes
+    last). Each entity keeps its clause, so a repeated call lists the same; None when every clause is walked (the
+    whole question ranks alone)."""
+    clauses = question_clauses(episode.question or "")
+    here = (graph, entity)
+    if here not in episode.clause_of:
+        walked = set(episode.clause_of.values())
+        free = [i for i in range(len(clauses)) if i not in walked]
+        named = [i for i in free if name and name in clauses[i]]
+        last = next(reversed(episode.clause_of.values()), 0)
+        statements = [i for i in free if not clauses[i].endswith("?")] or free
+        if not free:
+            return None
+        episode.clause_of[here] = named[0] if named else min(statements, key=lambda i: (abs(i - last), i))
+    return clauses[episode.clause_of[here]]
+
+
+def relation_phrase(incoming: bool, label: str, name: str, other_type: str) -> str:
+    """A kind of relation as the question would say it, with the entity on its side and the other end's type on the
+    other ("Jupiter orbits a star", "a moon orbits Jupiter"): the label alone reads the same both ways and says
+    nothing of what it leads to, and a question's clause says both ("Which star does Jupiter orbit?")."""
+    other = indefinite(shown_type(other_type) or "entity")
+    return f"{other} {label} {name}" if incoming else f"{name} {label} {other}"
 
 
 def field_error(name: str, value: object, max_chars: int = REQUEST_FIELD_MAX_CHARS) -> ToolError | None:
@@ -524,6 +577,7 @@ class KGToolbox:
             relations = self._question_order(graph, entity, relations, episode)
         here = (graph.name, entity)
         episode.walked = [*(seen for seen in episode.walked if seen != here), here][-WALK_MEMORY:]
+        episode.clause_of = {seen: c for seen, c in episode.clause_of.items() if seen in episode.walked}
         lines = []
         if graph.lookup(name) != entity:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
@@ -546,23 +600,31 @@ class KGToolbox:
 
     def _question_order(self, graph: DomainGraph, entity: int, relations: list[int],
                         episode: EpisodeState) -> list[int]:
-        """``relations`` grouped by direction and label, the groups ranked by how close their label is to the
-        episode's question (cosine of the index encoder's vectors; tools.node_info_order: question), then listed in
-        turns: the first relation of every group in rank order, then every group's second, and so on (each group in
-        the graph's order), so that a group of many relations (a country's 40 subdivisions) hides no other kind
-        under the cap. A group holding a relation back to an entity the episode already listed ranks after the
-        rest: a walk seldom means to go back the way it came, and the question names that relation too."""
+        """``relations`` grouped by direction and label, the groups ranked by how close each group reads
+        (``relation_phrase``: "Barium-129 decays to an isotope", "an isotope decays to Barium-129") to the clause of
+        the episode's question the walk is at (``walk_clause``), plus a tenth of its closeness to the whole question
+        (cosines of the index encoder's vectors; tools.node_info_order: question), then listed in turns: the first
+        relation of every group in rank order, then every group's second, and so on (each group in the graph's
+        order), so that a group of many relations (a country's 40 subdivisions) hides no other kind under the cap. A
+        group holding a relation back to an entity the episode already listed ranks after the rest: a walk seldom
+        means to go back the way it came, and the question names that relation too."""
         groups: dict[tuple[bool, str], list[int]] = {}
         for r in relations:
             groups.setdefault((int(graph.rel_src[r]) != entity, graph.rel_keywords[r]), []).append(r)
         walked = {seen for name, seen in episode.walked if name == graph.name} - {entity}
-        question = self._embed(episode.question or "")
-        labels = [self._embed(label) for _, label in groups]  # one at a time: a vector never depends on a batch
+        name = graph.names[entity]
+        clause = walk_clause(episode, graph.name, entity, name)
+        target = self._embed(episode.question or "") * CLAUSE_QUESTION_WEIGHT
+        if clause is not None:
+            target = target + self._embed(clause)
+        # one text at a time: a vector never depends on a batch
+        labels = [self._embed(relation_phrase(incoming, label, name, graph.types[graph.other_end(members[0], entity)]))
+                  for (incoming, label), members in groups.items()]
 
         def rank(item: tuple[int, tuple[bool, str]]) -> tuple[bool, float, int]:
             position, key = item
             back = any(graph.other_end(r, entity) in walked for r in groups[key])
-            return back, -float(labels[position] @ question), position
+            return back, -float(labels[position] @ target), position
 
         ranked = [groups[key] for _, key in sorted(enumerate(groups), key=rank)]
         turns = max(map(len, ranked), default=0)
