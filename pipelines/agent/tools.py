@@ -617,9 +617,8 @@ class KGToolbox:
         target = self._embed(episode.question or "") * CLAUSE_QUESTION_WEIGHT
         if clause is not None:
             target = target + self._embed(clause)
-        # one text at a time: a vector never depends on a batch
-        labels = [self._embed(relation_phrase(incoming, label, name, graph.types[graph.other_end(members[0], entity)]))
-                  for (incoming, label), members in groups.items()]
+        phrases = self._phrase_vectors(graph, entity)
+        labels = [phrases[key] for key in groups]
 
         def rank(item: tuple[int, tuple[bool, str]]) -> tuple[bool, float, int]:
             position, key = item
@@ -629,6 +628,26 @@ class KGToolbox:
         ranked = [groups[key] for _, key in sorted(enumerate(groups), key=rank)]
         turns = max(map(len, ranked), default=0)
         return [group[turn] for turn in range(turns) for group in ranked if turn < len(group)]
+
+    def _phrase_vectors(self, graph: DomainGraph, entity: int) -> dict[tuple[bool, str], np.ndarray]:
+        """The vector of each kind of relation of ``entity`` (direction, label) read as ``relation_phrase``, cached.
+        All of the entity's kinds are encoded in one batch, whatever the episode's scope: one encoder call per entity
+        instead of one per kind (the cold cost of the question's order), and always the same batch, so that a vector
+        never depends on what else was asked."""
+        key = ("phrases", graph.name, entity)
+        vectors = self._cache.get(key)
+        if vectors is None:
+            first: dict[tuple[bool, str], int] = {}
+            for r in graph.incident(entity):
+                first.setdefault((int(graph.rel_src[r]) != entity, graph.rel_keywords[r]), int(r))
+            kinds = sorted(first)
+            texts = [relation_phrase(incoming, label, graph.names[entity],
+                                     graph.types[graph.other_end(first[(incoming, label)], entity)])
+                     for incoming, label in kinds]
+            encoded = self.encoder.encode(texts)
+            vectors = dict(zip(kinds, encoded, strict=True))
+            self._cache.put(key, vectors, encoded.nbytes + sum(sys.getsizeof(label) + 250 for _, label in kinds))
+        return vectors
 
     def _listed_entity(self, graph: DomainGraph, entity: int) -> str:
         """An entity as node_info lists a neighbour and entity_matcher a hit without its description: its name, then
