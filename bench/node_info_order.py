@@ -3,8 +3,9 @@
 the question's order costs per call.
 
 ``tools.node_info_order`` sets the order of node_info's relation lines: ``graph`` (by label, outgoing first, the
-same for every question) or ``question`` (relation groups ranked by how close their label is to the episode's
-question, listed in turns; a group leading back to an entity the episode already listed ranks last;
+same for every question) or ``question`` (relation groups, each read as a phrase with the entity and the other end's
+type, ranked by how close they are to the clause of the episode's question the walk is at, listed in turns; a group
+leading back to an entity the episode already listed ranks last;
 docs/tools.md, "The order of node_info's relations"). The benchmark replays each pair's gold path (``pair.path``,
 start first) as ONE tool episode with its question, as the SFT template's walk does: ``node_info`` of every
 entity of the path but the last, on the pair's graph, through ``InProcessToolClient.call(..., episode_id=...,
@@ -19,9 +20,10 @@ question=...)``.
   the entities already listed, so the way back does not rank last): what the episode's memory is worth.
 * Cost: node_info's latency in the question's order (ours) against the graph's (the baseline), the same walks with
   the params' cap (the quick profile's 8), in the same process, baseline then ours in turn, ``--repeat`` runs,
-  the best kept: warm (each toolbox's label and question vectors cached by an untimed run first) and cold (a
-  fresh toolbox per run, its query cache empty, sharing the loaded encoder: the question's order pays the
-  MiniLM encodes of each question and each new label). Mean microseconds per call and the ratio ours/baseline.
+  the best kept: warm (each toolbox's vectors cached by an untimed run first) and cold (a fresh toolbox per run,
+  its query cache empty, sharing the loaded encoder: the question's order pays one MiniLM encoder call per
+  question, per clause and per entity, whose relation phrases are encoded in one batch). Mean microseconds per call
+  and the ratio ours/baseline.
 
     .venv/bin/python bench/node_info_order.py                       # params.yaml's artifacts (`omne run`)
     .venv/bin/python bench/node_info_order.py --train-pairs 50 --repeat 3
@@ -253,7 +255,7 @@ def cost(params: Params, encoder: Encoder, domains: list[str], pairs: list[QAPai
         return round(extra / vectors * 1e3, 2) if vectors else None
 
     warm_boxes = {order: toolbox_for(order) for order in ORDERS}
-    for order, toolbox in warm_boxes.items():  # untimed: every label and question vector into the cache
+    for order, toolbox in warm_boxes.items():  # untimed: every phrase, clause and question vector into the cache
         walk_all(InProcessToolClient(toolbox), pairs, f"cost:warm-up:{order}")
     log.info("cost: %d pairs, %d node_info calls per run, cap %s; warm, then cold (x%d each)", len(pairs), calls,
              cap, repeat)
@@ -287,8 +289,8 @@ def render(results: dict[str, Any]) -> str:
         out.append(f"| {mode} | {m['graph']['mean_us_per_call']} | {m['question']['mean_us_per_call']} | "
                    f"{m['ratio']} | {m['cpu_ratio']} | {m['question']['query_vectors_cached']} |")
     per = cost_["cold"]["question"]["encode_ms_per_vector"]
-    out += ["", f"cold: the question's order embeds each question and each new relation label once per toolbox "
-                f"({cost_['cold']['question']['query_vectors_cached']} vectors, ~{per} ms each)",
+    out += ["", f"cold: the question's order encodes each question, clause and entity's relation phrases once per "
+                f"toolbox ({cost_['cold']['question']['query_vectors_cached']} encoder calls, ~{per} ms each)",
             load_line(results["machine"])]
     return "\n".join(out)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -76,64 +77,69 @@ def test_template_tool_responses_are_those_of_an_episode_asking_the_question(sol
     assert replayed and ranked
 
 
-def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar_qa: Params) -> None:
-    relations = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"thinking": "relations"})})
-    build_sft_conversations(relations, progress=False)
-    plain = {r.id: r for r in read_sft_conversations(relations)}
-    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
-        update={"thinking": "remaining_question"})})
-    assert not build_sft_conversations(params, progress=False).skipped  # the thinking is part of the fingerprint
+def with_thinking(params: Params, thinking: str) -> Params:
+    return params.model_copy(update={"sft_data": params.sft_data.model_copy(update={"thinking": thinking})})
+
+
+def gpt_thoughts(record: SFTConversation) -> list[str]:
+    """The think text of each gpt turn."""
+    return [t["value"].split("</think>")[0].removeprefix("<think>") for t in record.conversations if t["from"] == "gpt"]
+
+
+def left_of_question(thoughts: list[str]) -> list[str]:
+    """What each hop's thought says is left of the question (every thought after the first node_info but the last)."""
+    return [t.split("So the question becomes: ", 1)[1] for t in thoughts[2:-1]]
+
+
+def actions(record: SFTConversation) -> list[str]:
+    """The conversation without its thinking: calls, answers and tool responses."""
+    return [t["value"].split("</think>")[-1] for t in record.conversations]
+
+
+def thinking_walks(solar_qa: Params, thinking: str, *, rebuilt: bool) -> list[tuple[Any, SFTConversation, list[str]]]:
+    """The conversations built with ``sft_data.thinking: thinking``, each with its pair and what its thoughts say is
+    left of the question after each hop but the last, the last thought answering. ``rebuilt``: the build must not be
+    skipped (the conversations on disk were built with another thinking, which is part of the fingerprint)."""
+    params = with_thinking(solar_qa, thinking)
+    assert build_sft_conversations(params, progress=False).skipped is not rebuilt
     train = {p.id: p for p in load_split(params, "train")}
-    multi_hop = 0
+    walks = []
     for record in read_sft_conversations(params):
         pair = train[record.id.rsplit("-t", 1)[0]]
-        thinks = [t["value"].split("</think>")[0].removeprefix("<think>") for t in record.conversations
-                  if t["from"] == "gpt"]
+        thinks = gpt_thoughts(record)
+        assert thinks[-1].endswith(f"That answers the question: {pair.answer}.")
+        walks.append((pair, record, left_of_question(thinks)))
+        assert len(walks[-1][2]) == pair.hops - 1
+    assert any(left for _, _, left in walks)
+    return walks
+
+
+def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar_qa: Params) -> None:
+    relations = with_thinking(solar_qa, "relations")
+    build_sft_conversations(relations, progress=False)
+    plain = {r.id: r for r in read_sft_conversations(relations)}
+    for pair, record, left in thinking_walks(solar_qa, "remaining_question", rebuilt=True):
         # after each hop but the last, what is left of the question: shorter each time, from the entity reached
-        left = [t.split("So the question becomes: ", 1)[1] for t in thinks[2:-1]]
-        assert len(left) == pair.hops - 1
         assert all(mentions(q, node) for q, node in zip(left, pair.path[1:], strict=False))
         assert all(len(a) > len(b) for a, b in zip([pair.question, *left], left, strict=False))
-        assert thinks[-1].endswith(f"That answers the question: {pair.answer}.")
         # the same walk (calls and tool responses) as the plain conversation: only the thinking differs
-        actions = [t["value"].split("</think>")[-1] if t["from"] == "gpt" else t["value"] for t in record.conversations]
-        assert actions == [t["value"].split("</think>")[-1] if t["from"] == "gpt" else t["value"]
-                           for t in plain[record.id].conversations]
-        multi_hop += len(left) > 0
-        plain_thinks = [t["value"].split("</think>")[0] for t in plain[record.id].conversations if t["from"] == "gpt"]
-        assert all("So the question becomes" not in t for t in plain_thinks)
-    assert multi_hop > 0
+        assert actions(record) == actions(plain[record.id])
+        assert all("So the question becomes" not in t for t in gpt_thoughts(plain[record.id]))
 
 
 def test_filled_question_thinking_copies_the_question_with_each_entity_reached_named(solar_qa: Params) -> None:
-    remaining = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
-        update={"thinking": "remaining_question"})})
+    remaining = with_thinking(solar_qa, "remaining_question")
     build_sft_conversations(remaining, progress=False)
     rewritten = {r.id: r for r in read_sft_conversations(remaining)}
-    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
-        update={"thinking": "filled_question"})})
-    assert not build_sft_conversations(params, progress=False).skipped  # the thinking is part of the fingerprint
-    train = {p.id: p for p in load_split(params, "train")}
-    multi_hop = 0
-    for record in read_sft_conversations(params):
-        pair = train[record.id.rsplit("-t", 1)[0]]
-        thinks = [t["value"].split("</think>")[0].removeprefix("<think>") for t in record.conversations
-                  if t["from"] == "gpt"]
-        left = [t.split("So the question becomes: ", 1)[1] for t in thinks[2:-1]]
-        assert len(left) == pair.hops - 1 and thinks[-1].endswith(f"That answers the question: {pair.answer}.")
+    for pair, record, left in thinking_walks(solar_qa, "filled_question", rebuilt=True):
         # each text names every entity reached so far, and asks what the question asks
         for i, text in enumerate(left):
             assert all(mentions(text, node) for node in pair.path[1:i + 2]), (record.id, text)
             assert text.rsplit(". ", 1)[-1].split()[0] == pair.question.rsplit(". ", 1)[-1].split()[0]
         # solar's multi-hop questions are 2-hop: the filled question is the last hop's, as remaining_question's
-        old = [t.split("So the question becomes: ", 1)[1] for t in
-               [t["value"].split("</think>")[0] for t in rewritten[record.id].conversations if t["from"] == "gpt"][2:-1]]
-        assert left == old
-        multi_hop += len(left) > 0
-        # the walk is the same: only the thinking differs
-        actions = [t["value"].split("</think>")[-1] for t in record.conversations]
-        assert actions == [t["value"].split("</think>")[-1] for t in rewritten[record.id].conversations]
-    assert multi_hop > 0  # (3+ questions: tests/test_qa_readable.py, on the embedded domains)
+        # (3+ questions: tests/test_qa_readable.py, on the embedded domains); the walk is the same
+        assert left == left_of_question(gpt_thoughts(rewritten[record.id]))
+        assert actions(record) == actions(rewritten[record.id])
 
 
 def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_qa: Params) -> None:
