@@ -33,8 +33,8 @@ PROMPT_VERSION = 6  # 2: omne's call example names no real graph (it was graph_t
 # 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too);
 # 4: node_info writes each neighbour's type after its name, "Russia [territory]" (tools.neighbor_types);
 # 5: omne's rules in one paragraph, not a numbered list, and shorter tool descriptions; entity_matcher lists names
-# without descriptions (tools.matcher_descriptions); 6: node_info's question order ranks the labels by the clause of
-# the question the walk is at, a label that runs both ways read with the entity on its side
+# without descriptions (tools.matcher_descriptions); 6: node_info's question order ranks each kind of relation,
+# read as a phrase with the entity and the other end's type, by the clause of the question the walk is at
 
 
 @dataclass

@@ -183,13 +183,18 @@ def walk_clause(episode: EpisodeState, graph: str, entity: int, name: str) -> st
     if here not in episode.clause_of:
         walked = set(episode.clause_of.values())
         free = [i for i in range(len(clauses)) if i not in walked]
+        if not free:
+            return None
         named = [i for i in free if name and name in clauses[i]]
         last = next(reversed(episode.clause_of.values()), 0)
         statements = [i for i in free if not clauses[i].endswith("?")] or free
-        if not free:
-            return None
         episode.clause_of[here] = named[0] if named else min(statements, key=lambda i: (abs(i - last), i))
     return clauses[episode.clause_of[here]]
+
+
+def relation_kind(graph: DomainGraph, relation: int, entity: int) -> tuple[bool, str]:
+    """What node_info's question order groups ``relation`` of ``entity`` by: (incoming, label)."""
+    return int(graph.rel_src[relation]) != entity, graph.rel_keywords[relation]
 
 
 def relation_phrase(incoming: bool, label: str, name: str, other_type: str) -> str:
@@ -610,7 +615,7 @@ class KGToolbox:
         means to go back the way it came, and the question names that relation too."""
         groups: dict[tuple[bool, str], list[int]] = {}
         for r in relations:
-            groups.setdefault((int(graph.rel_src[r]) != entity, graph.rel_keywords[r]), []).append(r)
+            groups.setdefault(relation_kind(graph, r, entity), []).append(r)
         walked = {seen for name, seen in episode.walked if name == graph.name} - {entity}
         name = graph.names[entity]
         clause = walk_clause(episode, graph.name, entity, name)
@@ -639,7 +644,7 @@ class KGToolbox:
         if vectors is None:
             first: dict[tuple[bool, str], int] = {}
             for r in graph.incident(entity):
-                first.setdefault((int(graph.rel_src[r]) != entity, graph.rel_keywords[r]), int(r))
+                first.setdefault(relation_kind(graph, r, entity), int(r))
             kinds = sorted(first)
             texts = [relation_phrase(incoming, label, graph.names[entity],
                                      graph.types[graph.other_end(first[(incoming, label)], entity)])
