@@ -82,6 +82,7 @@ from pipelines.config import Params
 from pipelines.eval.metrics import exact_match
 from pipelines.eval.runner import make_protocol, question_source
 from pipelines.llm.generation import LOCAL_BACKENDS
+from pipelines.llm.onnx_export import ONNX_PRECISIONS
 
 log = logging.getLogger("bench.eval_slots")
 
@@ -180,7 +181,7 @@ def build_parser() -> BenchParser:
                         help="live episodes (default: params agent.batch_size)")
     parser.add_argument("--backend", choices=LOCAL_BACKENDS, default=None,
                         help="who generates (default: params agent.backend)")
-    parser.add_argument("--onnx-precision", choices=("fp32", "int4"), default=None,
+    parser.add_argument("--onnx-precision", choices=ONNX_PRECISIONS, default=None,
                         help="backend onnx: the conversion (default: params agent.onnx_precision)")
     parser.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                         help="generated tokens per round (default: params agent.max_new_tokens)")

@@ -79,6 +79,7 @@ from pipelines.agent.trajectory import Trajectory
 from pipelines.config import Params, load_params
 from pipelines.eval.runner import load_split, make_protocol, make_tasks, stable_sample
 from pipelines.llm.base import ChatRequest
+from pipelines.llm.onnx_export import ONNX_PRECISIONS
 from pipelines.qa.models import QAPair
 
 log = logging.getLogger("bench.rollout")
@@ -596,8 +597,9 @@ def build_parser() -> BenchParser:
     parser.add_argument("--fast", choices=("onnx", "none"), default="onnx",
                         help="also run both engines on this fast backend (agent.backend), in turn with the others, and "
                              "time batch-1 decoding of both backends; none: transformers only")
-    parser.add_argument("--onnx-precision", choices=("fp32", "int4"), default="fp32",
-                        help="the ONNX conversion: fp32 (same numbers as transformers) or int4 (4-bit weights)")
+    parser.add_argument("--onnx-precision", choices=ONNX_PRECISIONS, default=None,
+                        help="the ONNX conversion's weights: fp32 (same numbers as transformers), int8 or int4 "
+                             "(default: params agent.onnx_precision)")
     parser.add_argument("--decode-tokens", type=int, default=128, metavar="N",
                         help="reply length of the batch-1 decoding measurement (a long greedy reply)")
     return parser
@@ -680,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     fast_client, convert_s = None, 0.0
     if args.fast != "none":  # the same model on the fast backend (converted once: cached by the model's identity)
         t0 = time.perf_counter()
+        args.onnx_precision = args.onnx_precision or params.agent.onnx_precision
         fast_params = params.model_copy(update={"agent": params.agent.model_copy(
             update={"backend": args.fast, "onnx_precision": args.onnx_precision})})
         fast_client = load_agent_model(args.model, fast_params)

@@ -33,6 +33,10 @@ PROFILE_ENV = "OMNE_PROFILE"
 
 
 MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it bounds memory and never changes a result
+# the onnx backend's weights: fp32 (the transformers answers, to the float); int8 (8-bit weights in blocks of 32, the
+# matrix products in int8: answers differ where the fp32 ones are near-ties, docs/llm.md); int4 (4-bit weights:
+# faster still, but a 135M model's answers do not survive it)
+OnnxPrecision = Literal["fp32", "int8", "int4"]
 
 
 class _Section(BaseModel):
@@ -160,7 +164,7 @@ class LLMParams(_Section):
     cache: bool = True  # disk cache under artifacts/cache/llm keyed by (model, messages, parameters)
     batch_size: int = Field(8, ge=1)  # transformers backend: prompts generated together (left-padded)
     device: Literal["cpu", "cuda", "auto"] = "auto"  # transformers backend
-    onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (the transformers answers) | int4 (faster)
+    onnx_precision: OnnxPrecision = "fp32"  # onnx backend: the weights' precision (OnnxPrecision)
 
 
 class QAParams(DomainSelection):
@@ -206,7 +210,7 @@ class AgentParams(_Section):
     # who generates: transformers (the model in this process; the reference) | onnx (ONNX Runtime on the CPU, from a
     # converted copy of the model made once per model identity: pipelines/llm/onnx_export.py)
     backend: Literal["transformers", "onnx"] = "onnx"
-    onnx_precision: Literal["fp32", "int4"] = "fp32"  # onnx backend: fp32 (same answers) | int4 (4-bit weights)
+    onnx_precision: OnnxPrecision = "int8"  # onnx backend: the weights' precision (OnnxPrecision)
     # the same call made more than this many times in a row ends the episode (finish "repeated_call"): the tools
     # would answer the same, and a looping model spends its remaining rounds on it; None: never
     max_same_call: int | None = Field(2, ge=1)

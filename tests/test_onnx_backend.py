@@ -120,6 +120,48 @@ def test_a_failed_conversion_leaves_nothing(tmp_path: Path, artifacts: Path) -> 
     assert not list((artifacts / "models" / "onnx").glob(".broken*"))
 
 
+def last_logits(folder: Path, prompt: str) -> Any:
+    """The logits after ``prompt``'s last token, from the ONNX folder's graph (one row, nothing cached)."""
+    import numpy as np
+
+    client = fast(folder)
+    backend = client.backend
+    ids = client.tokenizer(prompt)["input_ids"]
+    kv = np.zeros((backend.layers, 2, 1, backend.kv_heads, len(ids), backend.head_size), dtype=backend.dtype)
+    return backend._prefill_row(kv, 0, ids, 0)
+
+
+def test_int8_weights_are_their_own_artifact_and_give_close_logits(tiny_llama: Path, onnx_folder: Path,
+                                                                     artifacts: Path) -> None:
+    """agent.onnx_precision int8: 8-bit weights (MatMulNBits, bits 8), a folder of their own beside fp32's; the
+    logits stay within 3% of the fp32 ones' range, and the greedy token is the same wherever fp32's two best are
+    not a near-tie."""
+    import numpy as np
+    import onnx
+
+    from pipelines.llm.onnx_export import export_onnx
+    from pipelines.manifest import model_identity, read_manifest
+
+    identity = model_identity(tiny_llama)
+    int8 = export_onnx(identity, tiny_llama, artifacts, precision="int8")
+    assert int8.name == f"{identity}-int8" and int8 != onnx_folder and (onnx_folder / "model.onnx").is_file()
+    assert read_manifest(int8).params["precision"] == "int8"
+    graph = onnx.load(str(int8 / "model.onnx"), load_external_data=False).graph
+    quantized = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    assert quantized and all(next(a.i for a in n.attribute if a.name == "bits") == 8 for n in quantized)
+    assert (int8 / "model.onnx.data").stat().st_size < (onnx_folder / "model.onnx.data").stat().st_size
+    compared = 0
+    for prompt in [SYSTEM, *USERS]:
+        exact, approx = last_logits(onnx_folder, prompt), last_logits(int8, prompt)
+        spread = float(exact.max() - exact.min())
+        assert float(np.abs(approx - exact).max()) <= 0.03 * spread, prompt  # int8: ~1%; int4 would be 5-8%
+        top = np.sort(exact)[-2:]
+        if top[1] - top[0] > 0.06 * spread:  # no near-tie: twice the largest shift allowed
+            compared += 1
+            assert int(approx.argmax()) == int(exact.argmax()), prompt
+    assert compared
+
+
 def test_greedy_answers_equal_the_transformers_reference(tiny_llama: Path, onnx_folder: Path,
                                                          stop: list[str]) -> None:
     batch = requests(stop, max_tokens=[20, 14, 20, 9, 20])  # per-request limits in one batch
@@ -185,7 +227,7 @@ def test_rollouts_with_the_onnx_agent_backend_equal_transformers(tiny_llama: Pat
     from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
     from pipelines.llm.onnx_backend import OnnxBackend
 
-    agent = solar.agent.model_copy(update={"backend": "onnx", "batch_size": 3})
+    agent = solar.agent.model_copy(update={"backend": "onnx", "onnx_precision": "fp32", "batch_size": 3})
     params = solar.model_copy(update={"agent": agent, "paths": solar.paths.model_copy(
         update={"artifacts": str(tmp_path / "artifacts")})})
     client = load_agent_model(str(tiny_llama), params)

@@ -193,14 +193,13 @@ class OnnxBackend(GenerationBackend):
                     ended.append(slot)
             for slot in ended:  # its conversation so far, for its next round (the last token has no state yet)
                 self._keep(kv, slot, sequences[slots[slot]], lengths[slot])
-            if ended:
-                keep = [slot for slot in range(len(slots)) if slot not in set(ended)]
-                for new_slot, old_slot in enumerate(keep):
-                    if new_slot != old_slot:
-                        length = lengths[old_slot]
-                        kv[:, :, new_slot, :, :length] = kv[:, :, old_slot, :, :length]
-                slots = [slots[s] for s in keep]
-                lengths = [lengths[s] for s in keep]
+            for slot in sorted(ended, reverse=True):  # the last live row fills each hole: one row moved per end
+                last = len(slots) - 1
+                if slot != last:
+                    kv[:, :, slot, :, :lengths[last]] = kv[:, :, last, :, :lengths[last]]
+                    slots[slot], lengths[slot] = slots[last], lengths[last]
+                slots.pop()
+                lengths.pop()
             if not slots:
                 break
             ids = np.asarray([[out[row][-1]] for row in slots], dtype=np.int64)

@@ -24,16 +24,17 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pipelines.atomic import atomic_directory
+from pipelines.config import OnnxPrecision
 from pipelines.layout import onnx_model_dir
 from pipelines.llm.base import LLMError
 from pipelines.manifest import new_manifest, read_manifest, sha256_files, write_manifest
 
 log = logging.getLogger(__name__)
 
-ONNX_PRECISIONS = ("fp32", "int4")  # fp32: the same numbers as the reference; int4: 4-bit weights, ~3x faster
+ONNX_PRECISIONS = get_args(OnnxPrecision)
 ONNX_KIND = "onnx_model"
 LOGITS = "last_position"  # the graph edit below: logits of each row's last position only (a conversion param)
 
