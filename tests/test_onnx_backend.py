@@ -148,7 +148,8 @@ def test_int8_weights_are_their_own_artifact_and_give_close_logits(tiny_llama: P
     assert read_manifest(int8).params["precision"] == "int8"
     graph = onnx.load(str(int8 / "model.onnx"), load_external_data=False).graph
     quantized = [n for n in graph.node if n.op_type == "MatMulNBits"]
-    assert quantized and all(next(a.i for a in n.attribute if a.name == "bits") == 8 for n in quantized)
+    attributes = [{a.name: a.i for a in n.attribute} for n in quantized]
+    assert quantized and all(a["bits"] == 8 and a["accuracy_level"] == 4 for a in attributes)  # int8 products
     assert (int8 / "model.onnx.data").stat().st_size < (onnx_folder / "model.onnx.data").stat().st_size
     compared = 0
     for prompt in [SYSTEM, *USERS]:

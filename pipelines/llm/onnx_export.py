@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 ONNX_PRECISIONS = get_args(OnnxPrecision)
 ONNX_KIND = "onnx_model"
 LOGITS = "last_position"  # the graph edit below: logits of each row's last position only (a conversion param)
+# int8/int4 multiply in int8 (the builder's accuracy level 4, its CPU default, said here so that it stays): level 1
+# (fp32 products) decoded at a tenth of fp32's speed (2026-11-27, docs/llm.md)
+BUILDER_OPTIONS = {"int8": ["--extra_options", "accuracy_level=4"], "int4": ["--extra_options", "accuracy_level=4"]}
 
 
 def builder_version() -> str:
@@ -61,7 +64,8 @@ def convert_folder(source: Path, out: Path, *, precision: str = "fp32") -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory(prefix="omne-onnx-cache-") as cache:
         done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source),
-                               "-o", str(out), "-p", precision, "-e", "cpu", "-c", cache],
+                               "-o", str(out), "-p", precision, "-e", "cpu", "-c", cache,
+                               *BUILDER_OPTIONS.get(precision, [])],
                               capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0 or not (out / "model.onnx").is_file():
         tail = (done.stderr or done.stdout).strip().splitlines()[-8:]
