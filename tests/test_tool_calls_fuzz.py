@@ -224,7 +224,7 @@ class VocabularyEncoder:
         self.known = dict(zip(vocabulary, real.encode(vocabulary), strict=True))
         self.dimension = next(iter(self.known.values())).shape[0]
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], **_: Any) -> np.ndarray:
         rows = []
         for text in texts:
             if text in self.known:

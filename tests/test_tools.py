@@ -226,6 +226,32 @@ def test_node_info_lists_the_relations_closest_to_the_episode_question_first(too
     assert graph_order.call(call, question="Where was Galileo Galilei born?").content == GALILEO
 
 
+class NoEncoding:
+    """Stands in for the sentence-transformers model where every vector must come from the disk cache."""
+
+    def encode(self, texts: list[str], **_: object) -> None:
+        raise AssertionError(f"encoded again: {texts}")
+
+
+def test_graph_and_question_vectors_reach_the_disk_cache_and_model_queries_do_not(toolbox: KGToolbox) -> None:
+    """The relation phrases node_info ranks and the episode's question go to the shared disk cache, so the next
+    stage's process (a fresh toolbox) orders node_info without encoding; what the model wrote stays in memory."""
+    ordered = with_tools(toolbox.params, node_info_order="question")
+    call = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
+    question = "Which moons did Galileo Galilei discover?"
+    first = InProcessToolClient(KGToolbox(ordered, encoder=toolbox.encoder)).call(call, question=question).content
+    assert ok(toolbox, 'entity_matcher(node_name="moons of Galileo, spelt oddly", graph_type="solar")')
+    disk, key = toolbox.encoder.cache, toolbox.encoder._key
+    assert disk is not None and disk.directory.startswith(str(toolbox.params.artifacts_dir))
+    assert disk.get(key(question)) is not None
+    assert disk.get(key(relation_phrase(True, "discovered by", "Galileo Galilei", "moon"))) is not None
+    assert disk.get(key(relation_phrase(False, "born in", "Galileo Galilei", "unknown"))) is not None
+    assert disk.get(key("moons of Galileo, spelt oddly")) is None
+    fresh = KGToolbox(ordered)
+    fresh.encoder.__dict__["model"] = NoEncoding()  # the cached_property, set: loading the model is not allowed
+    assert InProcessToolClient(fresh).call(call, question=question).content == first
+
+
 YUKON = ("Yukon Territory is a state or province of a country, which shares a land border with a second country. "
          "Which currency does the second country use?")
 

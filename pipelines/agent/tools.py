@@ -47,7 +47,7 @@ from pipelines.domains import load_registry
 from pipelines.errors import ArtifactMissingError, RegistryError
 from pipelines.kg.embed import Encoder
 from pipelines.kg.model import TYPED_NAME, normalise_key, shown_type
-from pipelines.layout import kg_dir
+from pipelines.layout import embeddings_cache_dir, kg_dir
 from pipelines.manifest import MANIFEST_NAME
 from pipelines.qa.template import indefinite
 
@@ -366,16 +366,19 @@ class KGToolbox:
     # ----- loading -------------------------------------------------------------------------------------
     @property
     def encoder(self) -> Encoder:
-        if self._encoder is None:
-            self._encoder = Encoder(self.params.index)  # queries are cached in memory (_embed), not on disk
+        if self._encoder is None:  # the entity indexes' disk cache, for the texts of the graph and the dataset
+            self._encoder = Encoder(self.params.index, cache_dir=embeddings_cache_dir(self.params.artifacts_dir))
         return self._encoder
 
-    def _embed(self, text: str) -> np.ndarray:
-        """The text's vector, cached (queries repeat a lot in RL) within tools.cache_max_bytes."""
+    def _embed(self, text: str, *, stored: bool = False) -> np.ndarray:
+        """The text's vector, cached in memory (queries repeat a lot in RL) within tools.cache_max_bytes.
+        ``stored``: a text of the graph or the dataset (a question, its clauses, a relation label), bounded, so
+        also kept in the disk cache that every stage's process shares (an evaluation after another, an RL stage
+        after the SFT data); a text the model wrote (``stored`` False) stays in memory only."""
         key = ("query", text)
         vector = self._cache.get(key)
         if vector is None:
-            vector = self.encoder.encode([text])[0]
+            vector = (self.encoder.encode([text]) if stored else self.encoder.encode([text], cache=False))[0]
             self._cache.put(key, vector, sys.getsizeof(text) + vector.nbytes + 300)
         return vector
 
@@ -619,9 +622,9 @@ class KGToolbox:
         walked = {seen for name, seen in episode.walked if name == graph.name} - {entity}
         name = graph.names[entity]
         clause = walk_clause(episode, graph.name, entity, name)
-        target = self._embed(episode.question or "") * CLAUSE_QUESTION_WEIGHT
+        target = self._embed(episode.question or "", stored=True) * CLAUSE_QUESTION_WEIGHT
         if clause is not None:
-            target = target + self._embed(clause)
+            target = target + self._embed(clause, stored=True)
         phrases = self._phrase_vectors(graph, entity)
         labels = [phrases[key] for key in groups]
 
@@ -638,7 +641,8 @@ class KGToolbox:
         """The vector of each kind of relation of ``entity`` (direction, label) read as ``relation_phrase``, cached.
         All of the entity's kinds are encoded in one batch, whatever the episode's scope: one encoder call per entity
         instead of one per kind (the cold cost of the question's order), and always the same batch, so that a vector
-        never depends on what else was asked."""
+        never depends on what else was asked. They are the graph's texts, so the disk cache keeps them for the next
+        stage's process (the SFT data, RL, each evaluation), which reads them instead of encoding."""
         key = ("phrases", graph.name, entity)
         vectors = self._cache.get(key)
         if vectors is None:
@@ -723,7 +727,7 @@ class KGToolbox:
         if not labels:
             return []
         query = self._embed(question)
-        scores = {label: float(self._embed(label) @ query) for label in labels}
+        scores = {label: float(self._embed(label, stored=True) @ query) for label in labels}
         kept = set(sorted(labels, key=lambda lab: (-scores[lab], lab))[: self.tool_params.search_top_relations])
         ranked = sorted((r for r in incident if graph.rel_keywords[r] in kept),
                         key=lambda r: (-scores[graph.rel_keywords[r]], graph.rel_keywords[r], int(r)))

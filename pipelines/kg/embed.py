@@ -77,11 +77,14 @@ class Encoder:
     def _key(self, text: str) -> str:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+    def encode(self, texts: list[str], *, progress: bool = False, cache: bool = True) -> np.ndarray:
+        """Normalised vectors of ``texts``; ``cache=False`` leaves the disk cache out (neither read nor written),
+        for texts without bound such as what a model writes."""
+        store = self.cache if cache else None
         vectors: list[np.ndarray | None] = [None] * len(texts)
-        if self.cache is not None:
+        if store is not None:
             for i, text in enumerate(texts):
-                vectors[i] = self.cache.get(self._key(text))
+                vectors[i] = store.get(self._key(text))
         missing = [i for i, v in enumerate(vectors) if v is None]
         if missing:  # one call: sentence-transformers sorts by length, so batches carry little padding
             encoded = self.model.encode([texts[i] for i in missing], batch_size=self.params.batch_size,
@@ -89,8 +92,8 @@ class Encoder:
                                         show_progress_bar=progress and len(missing) > self.params.batch_size)
             for i, vector in zip(missing, encoded, strict=True):
                 vectors[i] = vector.astype(np.float32)
-                if self.cache is not None:
-                    self.cache.set(self._key(texts[i]), vectors[i])
+                if store is not None:
+                    store.set(self._key(texts[i]), vectors[i])
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack(vectors).astype(np.float32)
