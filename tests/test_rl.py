@@ -175,6 +175,7 @@ def test_grpo_stage1_trains_and_saves_an_auditable_model(solar_qa: Params, tiny:
     state = json.loads((folder / "trainer_state.json").read_text())
     steps = [h for h in state["log_history"] if "reward" in h]
     assert len(steps) == 2 and all("rewards/omne_stage1/mean" in h and "rollout/tool_calls" in h for h in steps)
+    assert all(0 < h["rollout/seconds"] < h["step_time"] for h in steps)  # TRL's step time holds the rollouts
     assert [h["step"] for h in state["log_history"] if "val_em" in h] == [0, 1, 2]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["kind"] == "rl_stage1_model" and manifest["rows"]["steps"] == 2

@@ -187,6 +187,8 @@ def test_generate_and_score_drops_settled_questions_and_masks_tool_responses(tin
     torch.testing.assert_close(trainer.last_reward_parts, torch.tensor([[1.0, 0.25], [1.0, 0.25]]))  # unweighted
     assert trainer.excluded == {"q1"}  # both rollouts earned the same: the question teaches nothing
     assert trainer._metrics["train"]["rollout/tool_calls"] == [0.5]  # TRL's logged-metric store still takes ours
+    rollout_seconds = trainer._metrics["train"]["rollout/seconds"]  # the step's rollouts, apart from its training pass
+    assert len(rollout_seconds) == 1 and rollout_seconds[0] > 0
     completion_ids = output["completion_ids"]
     for row, episode in enumerate(trainer.rollouts.last):  # policy gradient on the model's own tokens only:
         encoded = encode_trajectory(episode, trainer.processing_class, max_length=4096)  # TRL's tool_mask is the

@@ -132,8 +132,10 @@ class ToolRollouts:
     def __call__(self, prompts: list[list[dict[str, str]]], trainer: Any) -> dict[str, Any]:
         tasks = numbered_samples([self.task_for(prompt) for prompt in prompts])
         synced = len(self.syncs)
+        start = time.perf_counter()
         trajectories = self.roll_out(trainer.accelerator.unwrap_model(trainer.model), tasks,
                                      temperature=self.stage.temperature, seed=rollout_seed(self.stage.seed, self.calls))
+        seconds = time.perf_counter() - start
         self.calls += 1
         encoded = [encode_trajectory(t, self.tokenizer, assistant_prefix=self.protocol.assistant_prefix(),
                                      inline_response=self.protocol.response_message if self.protocol.inline_responses
@@ -141,6 +143,8 @@ class ToolRollouts:
         self.last = trajectories
         log_rollout_metrics(trainer, trajectories)
         metrics = getattr(trainer, "_metrics", None)
+        if metrics is not None:  # the step's rollouts (weight sync included), so step_time - this = the training pass
+            metrics["train"]["rollout/seconds"].append(seconds)
         if self.backend == "onnx" and metrics is not None:  # this call's weight sync (0 when it reused the copy)
             metrics["train"]["rollout/sync_s"].append(self.syncs[-1] if len(self.syncs) > synced else 0.0)
         return {"prompt_ids": [e.prompt_ids for e in encoded], "completion_ids": [e.completion_ids for e in encoded],
