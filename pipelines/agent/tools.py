@@ -378,7 +378,7 @@ class KGToolbox:
         key = ("query", text)
         vector = self._cache.get(key)
         if vector is None:
-            vector = (self.encoder.encode([text]) if stored else self.encoder.encode([text], cache=False))[0]
+            vector = self.encoder.encode([text], cache=stored)[0]
             self._cache.put(key, vector, sys.getsizeof(text) + vector.nbytes + 300)
         return vector
 

@@ -145,8 +145,8 @@ class ToolRollouts:
         metrics = getattr(trainer, "_metrics", None)
         if metrics is not None:  # the step's rollouts (weight sync included), so step_time - this = the training pass
             metrics["train"]["rollout/seconds"].append(seconds)
-        if self.backend == "onnx" and metrics is not None:  # this call's weight sync (0 when it reused the copy)
-            metrics["train"]["rollout/sync_s"].append(self.syncs[-1] if len(self.syncs) > synced else 0.0)
+            if self.backend == "onnx":  # this call's weight sync (0 when it reused the copy)
+                metrics["train"]["rollout/sync_s"].append(self.syncs[-1] if len(self.syncs) > synced else 0.0)
         return {"prompt_ids": [e.prompt_ids for e in encoded], "completion_ids": [e.completion_ids for e in encoded],
                 "logprobs": None, "env_mask": [e.env_mask for e in encoded], "trajectory": trajectories,
                 "turn_spans": [e.turn_spans for e in encoded]}
