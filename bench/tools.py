@@ -147,12 +147,15 @@ def progress(iterable: Any, desc: str, total: int | None = None) -> Any:
 
 def _format(name: str, etype: str, description: str, relations: list[tuple[str, str, str, str]], cap: int | None,
             arrow: str = "->") -> str:
-    """The node_info layout, for the baselines (same fields, same cap)."""
+    """The node_info layout, for the baselines (same fields, same cap; lines read from the entity, as
+    tools.node_info_lines: from_entity)."""
     lines = [f"Entity: {name}", f"Type: {etype or 'unknown'}", f"Description: {description or 'none'}",
              f"Relations ({len(relations)}):"]
     shown = relations if cap is None else relations[:cap]
     for rank, (head, relation, tail, text) in enumerate(shown, start=1):
-        lines.append(f"{rank}. {head} -[{relation}]{arrow} {tail}" + (f": {text}" if text else ""))
+        other = tail if head == name else head
+        link = f"-[{relation}]{arrow} {other}" if head == name or arrow == "--" else f"<-[{relation}]- {other}"
+        lines.append(f"{rank}. {link}" + (f": {text}" if text else ""))
     if len(shown) < len(relations):
         lines.append(f"… {len(relations) - len(shown)} more relations not shown")
     return "\n".join(lines)

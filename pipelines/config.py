@@ -126,6 +126,10 @@ class ToolParams(_Section):
     # node_info's relation lines give the other end's type ("-> Russia [territory]"): what a walk reached can be
     # checked against what the question asks for before answering (off in the paper profile, as the paper's tool)
     neighbor_types: bool = True
+    # node_info's relation lines: from_entity ("-[in chapter]-> B" and "<-[in block]- A", read from the entity the
+    # response is about: its name once, at the top) | triples ("A -[in block]-> B", each line naming both ends, the
+    # paper profile's): a quick conversation's node_info responses repeat the entity's name ~55 of its ~1,000 tokens
+    node_info_lines: Literal["from_entity", "triples"] = "from_entity"
     # entity_matcher's lines give each entity's description (the Omne-R1 paper's) or only its name (with its type,
     # as neighbours are written): the descriptions were ~95 of a quick conversation's ~1,170 tokens, and the
     # node_info that follows shows the chosen entity's own

@@ -20,6 +20,7 @@ from pipelines.agent.tools import (
 )
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
+from pipelines.eval.metrics import parse_triples
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from tests.tool_support import build_solar_project, with_tools
 
@@ -39,35 +40,36 @@ ENTITIES = {  # name -> description, as in tests/data/solar/entities.csv
     "Pisa": "", "The Hague": "", "Hanover": "", "Goshen": "",
 }
 
-# node_info as the quick profile writes it (tools.relation_descriptions: false, tools.neighbor_types: true): each
-# relation by its label, the other end with its type (an untyped one, Pisa, bare)
+# node_info as the quick profile writes it (tools.relation_descriptions: false, tools.neighbor_types: true,
+# tools.node_info_lines: from_entity): each relation by its label, read from the entity ("-[orbits]->" out of it,
+# "<-[orbits]-" into it), the other end with its type (an untyped one, Pisa, bare)
 JUPITER = """Entity: Jupiter
 Type: planet
 Description: Gas giant and the largest planet.
 Relations (5):
-1. Jupiter -[orbits]-> Sun [star]
-2. Callisto [moon] -[orbits]-> Jupiter
-3. Europa [moon] -[orbits]-> Jupiter
-4. Ganymede [moon] -[orbits]-> Jupiter
-5. Io [moon] -[orbits]-> Jupiter"""
+1. -[orbits]-> Sun [star]
+2. <-[orbits]- Callisto [moon]
+3. <-[orbits]- Europa [moon]
+4. <-[orbits]- Ganymede [moon]
+5. <-[orbits]- Io [moon]"""
 
 GALILEO = """Entity: Galileo Galilei
 Type: person
 Description: Italian astronomer.
 Relations (5):
-1. Galileo Galilei -[born in]-> Pisa
-2. Callisto [moon] -[discovered by]-> Galileo Galilei
-3. Europa [moon] -[discovered by]-> Galileo Galilei
-4. Ganymede [moon] -[discovered by]-> Galileo Galilei
-5. Io [moon] -[discovered by]-> Galileo Galilei"""
+1. -[born in]-> Pisa
+2. <-[discovered by]- Callisto [moon]
+3. <-[discovered by]- Europa [moon]
+4. <-[discovered by]- Ganymede [moon]
+5. <-[discovered by]- Io [moon]"""
 
 SUN_RELATIONS = [
-    "1. Earth [planet] -[orbits]-> Sun",
-    "2. Jupiter [planet] -[orbits]-> Sun",
-    "3. Mars [planet] -[orbits]-> Sun",
-    "4. Neptune [planet] -[orbits]-> Sun",
-    "5. Saturn [planet] -[orbits]-> Sun",
-    "6. Uranus [planet] -[orbits]-> Sun",
+    "1. <-[orbits]- Earth [planet]",
+    "2. <-[orbits]- Jupiter [planet]",
+    "3. <-[orbits]- Mars [planet]",
+    "4. <-[orbits]- Neptune [planet]",
+    "5. <-[orbits]- Saturn [planet]",
+    "6. <-[orbits]- Uranus [planet]",
 ]
 
 # ... and as the paper profile does (tools.relation_descriptions: true): the relation's description after it
@@ -181,7 +183,7 @@ def test_node_info_lists_entity_type_description_and_every_relation_in_order(too
     assert ok(toolbox, 'node_info(node_name="Galileo Galilei", graph_type="solar")') == GALILEO
     assert ok(toolbox, 'node_info(node_name="Pisa", graph_type="solar")') == (
         "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n"
-        "1. Galileo Galilei [person] -[born in]-> Pisa")
+        "1. <-[born in]- Galileo Galilei [person]")
     # a neighbour's name copied with its type finds the entity when the type is its own
     assert ok(toolbox, 'node_info(node_name="Sun [star]", graph_type="solar")').split("\n")[:2] == [
         'No entity is named "Sun [star]"; the closest is "Sun".', "Entity: Sun"]
@@ -190,6 +192,20 @@ def test_node_info_lists_entity_type_description_and_every_relation_in_order(too
     assert untyped == JUPITER.replace(" [star]", "").replace(" [moon]", "")
     # the same call twice, or from a fresh toolbox, gives the same text
     assert variant(toolbox).call('node_info("Jupiter", "solar")').content == JUPITER
+
+
+def test_node_info_lines_from_the_entity_and_as_triples_name_the_same_relations(toolbox: KGToolbox) -> None:
+    """tools.node_info_lines: from_entity writes the entity's name once, at the top; triples (the paper profile's)
+    names both ends on every line. The two list the same triples, as the metrics and rewards read them."""
+    triples = variant(toolbox, node_info_lines="triples")
+    for name, from_entity in [("Jupiter", JUPITER), ("Galileo Galilei", GALILEO)]:
+        as_triples = ok(triples, f'node_info(node_name="{name}", graph_type="solar")')
+        assert as_triples.split("\n")[:4] == from_entity.split("\n")[:4] and as_triples != from_entity
+        assert parse_triples(as_triples) == parse_triples(from_entity) and len(parse_triples(from_entity)) == 5
+    assert ok(triples, 'node_info(node_name="Jupiter", graph_type="solar")').split("\n")[4:6] == [
+        "1. Jupiter -[orbits]-> Sun [star]", "2. Callisto [moon] -[orbits]-> Jupiter"]
+    assert parse_triples(JUPITER)[:2] == [("Jupiter", "orbits", "Sun"), ("Callisto", "orbits", "Jupiter")]
+    assert len(GALILEO) < len(ok(triples, 'node_info(node_name="Galileo Galilei", graph_type="solar")'))
 
 
 def test_node_info_caps_neighbours_with_a_marker(toolbox: KGToolbox) -> None:
@@ -208,10 +224,9 @@ def test_node_info_lists_the_relations_closest_to_the_episode_question_first(too
     call = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
     header = "Relations (5, closest to the question first):"
     moons = client.call(call, question="Which moons did Galileo Galilei discover?").content.split("\n")
-    assert moons[3:] == [header, "1. Callisto [moon] -[discovered by]-> Galileo Galilei",
-                         "2. Galileo Galilei -[born in]-> Pisa", "3. Europa [moon] -[discovered by]-> Galileo Galilei",
-                         "4. Ganymede [moon] -[discovered by]-> Galileo Galilei",
-                         "5. Io [moon] -[discovered by]-> Galileo Galilei"]
+    assert moons[3:] == [header, "1. <-[discovered by]- Callisto [moon]", "2. -[born in]-> Pisa",
+                         "3. <-[discovered by]- Europa [moon]", "4. <-[discovered by]- Ganymede [moon]",
+                         "5. <-[discovered by]- Io [moon]"]
     born = client.call(call, question="Where was Galileo Galilei born?").content.split("\n")
     assert born[:3] + born[4:] == GALILEO.split("\n")[:3] + GALILEO.split("\n")[4:] and born[3] == header
     # the cap keeps one relation of each kind before a second of any
@@ -221,7 +236,7 @@ def test_node_info_lists_the_relations_closest_to_the_episode_question_first(too
     # without a question, with one relation, or with tools.node_info_order: graph (the paper's) the order is the graph's
     assert client.call(call).content == GALILEO
     assert client.call('node_info(node_name="Pisa", graph_type="solar")', question="Who was born in Pisa?").content == (
-        "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n1. Galileo Galilei [person] -[born in]-> Pisa")
+        "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n1. <-[born in]- Galileo Galilei [person]")
     graph_order = InProcessToolClient(variant(toolbox, node_info_order="graph"))
     assert graph_order.call(call, question="Where was Galileo Galilei born?").content == GALILEO
 
@@ -286,7 +301,7 @@ def test_node_info_ranks_a_label_that_runs_both_ways_by_the_way_the_question_rea
     side and the other end's type ("Jupiter orbits a star", "a moon orbits Jupiter"), so the question picks it."""
     client = InProcessToolClient(variant(toolbox, node_info_order="question"))
     call = 'node_info(node_name="Jupiter", graph_type="solar")'
-    sun, moon = "Jupiter -[orbits]-> Sun [star]", "Callisto [moon] -[orbits]-> Jupiter"
+    sun, moon = "-[orbits]-> Sun [star]", "<-[orbits]- Callisto [moon]"
     for question, first in [("Which moons orbit Jupiter?", moon), ("Which star does Jupiter orbit?", sun),
                             ("What does Jupiter orbit?", sun), ("Jupiter orbits a star. Which galaxy is it in?", sun)]:
         assert client.call(call, question=question).content.split("\n")[4] == f"1. {first}", question
@@ -299,11 +314,11 @@ def test_node_info_lists_the_way_back_of_a_walk_last(toolbox: KGToolbox) -> None
     question = "Which astronomer discovered Io?"
     galileo = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
     alone = client.call(galileo, episode_id="fresh", question=question).content.split("\n")
-    assert alone[4:6] == ["1. Callisto [moon] -[discovered by]-> Galileo Galilei", "2. Galileo Galilei -[born in]-> Pisa"]
+    assert alone[4:6] == ["1. <-[discovered by]- Callisto [moon]", "2. -[born in]-> Pisa"]
     io = client.call('node_info(node_name="Io", graph_type="solar")', episode_id="walk", question=question).content
-    assert io.split("\n")[4] == "1. Io -[discovered by]-> Galileo Galilei [person]"
+    assert io.split("\n")[4] == "1. -[discovered by]-> Galileo Galilei [person]"
     walked = client.call(galileo, episode_id="walk").content.split("\n")  # the episode keeps its question
-    assert walked[4:] == ["1. Galileo Galilei -[born in]-> Pisa", *GALILEO.split("\n")[5:]]
+    assert walked[4:] == ["1. -[born in]-> Pisa", *GALILEO.split("\n")[5:]]
     # another episode has walked nowhere
     assert client.call(galileo, episode_id="other", question=question).content.split("\n") == alone
 
@@ -717,7 +732,7 @@ def test_a_self_loop_is_listed_once(tmp_path: Path, toolbox: KGToolbox) -> None:
     assert ok(box, 'get_tail_entities(entity="Io", relation="resonates with")') == (
         'Tail entities for entity "Io" with relation "resonates with": Io')
     info = ok(box, 'node_info(node_name="Io", graph_type="solar")').split("\n")
-    loop = "Io -[resonates with]-> Io"
+    loop = "-[resonates with]-> Io [moon]"
     searched = ok(box, 'search(entity="Io", question="What does Io resonate with?")').split("\n")
     assert (info[3], sum(line.endswith(loop) for line in info)) == ("Relations (3):", 1)
     assert searched.count("(Io, resonates with, Io)") == 1

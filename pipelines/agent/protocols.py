@@ -29,12 +29,14 @@ NO_THINK_PREFIX = "<think>\n\n</think>\n"
 # The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
 # (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
 # change to a system_prompt below (or to the tool specs they list, or to the text the tools answer with).
-PROMPT_VERSION = 6  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
+PROMPT_VERSION = 7  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
 # 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too);
 # 4: node_info writes each neighbour's type after its name, "Russia [territory]" (tools.neighbor_types);
 # 5: omne's rules in one paragraph, not a numbered list, and shorter tool descriptions; entity_matcher lists names
 # without descriptions (tools.matcher_descriptions); 6: node_info's question order ranks each kind of relation,
-# read as a phrase with the entity and the other end's type, by the clause of the question the walk is at
+# read as a phrase with the entity and the other end's type, by the clause of the question the walk is at;
+# 7: omne's rules in three sentences (~135 tokens with the tools, was ~200) and node_info's relation lines read from
+# the entity (tools.node_info_lines: from_entity), "-[in chapter]-> B", without its name on every line
 
 
 @dataclass
@@ -140,14 +142,13 @@ class OmneProtocol(Protocol):
     name = "omne"
 
     def system_prompt(self) -> str:
-        """The rules in one paragraph (a 135M model reads every token of it in every conversation it trains on:
-        ~200 tokens with the tools as signatures, where a numbered list of six rules took ~290), then the tools."""
-        rules = ("Answer the question with the tools of its knowledge graph. Think inside <think> </think> before "
-                 "each step, then call one tool inside <tool_call> </tool_call>, e.g. "
-                 '<tool_call>node_info(node_name="<entity name>", graph_type="<graph named in the prompt>")'
-                 "</tool_call>, and wait for its result inside <tool_response> </tool_response>; or give the answer "
-                 "inside <answer> </answer>: only an entity's name, as the tools write it. Find the question's "
-                 "entity with entity_matcher first, then follow relations with node_info.")
+        """The rules in three sentences, then the tools: a 135M model reads every token of it in every conversation
+        it trains on and every round it generates (~135 tokens with the tools as signatures; a numbered list of six
+        rules took ~290, one paragraph of them ~200). What the tags hold, the SFT conversations teach."""
+        rules = ("Answer the question with the tools of its knowledge graph. Think inside <think> </think>, then call "
+                 'one tool, e.g. <tool_call>node_info(node_name="<entity>", graph_type="<graph>")</tool_call>, or '
+                 "give an entity's name inside <answer> </answer>. Find the question's entity with entity_matcher, "
+                 "then follow relations with node_info.")
         return f"{rules}\n<tools>\n{self.tools_listing()}\n</tools>"
 
 

@@ -55,10 +55,9 @@ log = logging.getLogger(__name__)
 
 GRAPH_TYPE = Param(name="graph_type", description="The knowledge graph (domain) to use.")
 TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
-    ToolSpec(name="entity_matcher", description="The entities whose names are closest to node_name: the exact "
-             "name to give node_info.",
+    ToolSpec(name="entity_matcher", description="The entity names closest to node_name.",
              params=(Param(name="node_name", description="The entity name to look for."), GRAPH_TYPE)),
-    ToolSpec(name="node_info", description="An entity's type, description and relations to other entities.",
+    ToolSpec(name="node_info", description="An entity's type, description and relations.",
              params=(Param(name="node_name", description="The exact entity name."), GRAPH_TYPE)),
     ToolSpec(name="get_head_relations", description="Get relations where the entity is the tail (object).",
              params=(Param(name="entity", description="The exact entity name."),)),
@@ -594,17 +593,25 @@ class KGToolbox:
                   f"Description: {self._describe(graph.descriptions[entity])}", f"Relations ({len(relations)}{order}):"]
         cap = self.tool_params.node_info_max_neighbors
         shown = relations if cap is None else relations[:cap]
-        arrow = "->" if graph.directed else "--"
         for rank, r in enumerate(shown, start=1):
-            head, tail = (self._listed_entity(graph, int(end)) if end != entity else graph.names[end]
-                          for end in (graph.rel_src[r], graph.rel_dst[r]))
             description = (_clip(graph.rel_descriptions[r], self.tool_params.description_max_chars)
                            if self.tool_params.relation_descriptions else "")
-            lines.append(f"{rank}. {head} -[{graph.rel_keywords[r]}]{arrow} {tail}"
-                         + (f": {description}" if description else ""))
+            line = f"{rank}. {self._relation_line(graph, entity, r)}"
+            lines.append(f"{line}: {description}" if description else line)
         if len(shown) < len(relations):
             lines.append(f"… {len(relations) - len(shown)} more relations not shown")
         return "\n".join(lines)
+
+    def _relation_line(self, graph: DomainGraph, entity: int, r: int) -> str:
+        """One of node_info's relations: read from ``entity`` ("-[label]-> B", "<-[label]- A"; "-[label]-- B" in an
+        undirected graph) or, with tools.node_info_lines: triples, as a triple naming both ends ("A -[label]-> B")."""
+        label, src, dst = graph.rel_keywords[r], int(graph.rel_src[r]), int(graph.rel_dst[r])
+        if self.tool_params.node_info_lines == "triples":
+            head, tail = (self._listed_entity(graph, end) if end != entity else graph.names[end] for end in (src, dst))
+            return f"{head} -[{label}]{'->' if graph.directed else '--'} {tail}"
+        outgoing = src == entity
+        link = f"-[{label}]--" if not graph.directed else f"-[{label}]->" if outgoing else f"<-[{label}]-"
+        return f"{link} {self._listed_entity(graph, dst if outgoing else src)}"
 
     def _question_order(self, graph: DomainGraph, entity: int, relations: list[int],
                         episode: EpisodeState) -> list[int]:

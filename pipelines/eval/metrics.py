@@ -337,8 +337,13 @@ def efficiency(trajs: Sequence[Trajectory], wall_time_s: float) -> Efficiency:
 
 
 # ----- triples: parsing tool responses, naming in <think> -------------------------------------------------
-# omne node_info: "3. Head -[label]-> Tail: description" (directed) or "-[label]-- Tail" (undirected)
+# omne node_info, tools.node_info_lines: triples: "3. Head -[label]-> Tail: description" (directed) or "-[label]-- Tail"
+# (undirected); from_entity: "3. -[label]-> Tail", "3. <-[label]- Head" or "3. -[label]-- Other", read from the
+# response's "Entity: X" line
 _NODE_INFO_LINE = re.compile(r"^\s*(?:\d+\.\s*)?(?P<h>.+?)\s+-\[(?P<r>[^\]]*)\](?:->|--|-)\s+(?P<t>.+?)(?::\s.*)?$")
+_NODE_INFO_FROM_ENTITY = re.compile(
+    r"^\s*(?:\d+\.\s*)?(?P<into><)?-\[(?P<r>[^\]]*)\](?:->|--|-)\s+(?P<other>.+?)(?::\s.*)?$")
+_NODE_INFO_ENTITY = re.compile(r"^\s*Entity:\s*(?P<e>.+?)\s*$")
 # KG-R1: 'Tail entities for entity "X" with relation "R": a, b, c'
 _KG_R1_ENTITIES = re.compile(
     r'(?P<side>Tail|Head) entities for entity "(?P<e>[^"]+)" with relation "(?P<r>[^"]+)":\s*(?P<items>.*)$')
@@ -380,9 +385,19 @@ def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
                     out.append(((item[0], item[1], item[2]),))
             if out:
                 return tuple(out)
+    entity = ""  # the node_info response's entity, that from_entity lines start from
     for line in text.splitlines():
         line = line.strip()
         if not line:
+            continue
+        if m := _NODE_INFO_ENTITY.match(line):
+            entity = m["e"]
+            continue
+        if m := _NODE_INFO_FROM_ENTITY.match(line):
+            other = m["other"].strip()
+            shown = (other, m["r"].strip(), entity) if m["into"] else (entity, m["r"].strip(), other)
+            plain = (_untyped(shown[0]), shown[1], _untyped(shown[2]))
+            out.append((plain, shown) if plain != shown else (shown,))
             continue
         m = _KG_R1_ENTITIES.search(line)
         if m:
@@ -408,8 +423,9 @@ def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
 
 
 def parse_triples(text: str) -> list[Triple]:
-    """Triples listed in a tool response: omne ``node_info`` lines ("A -[label]-> B: description", a neighbour
-    typed as "B [type]" read as B first, then as written),
+    """Triples listed in a tool response: omne ``node_info`` lines ("A -[label]-> B: description", or "-[label]-> B"
+    and "<-[label]- A" from the response's "Entity: X"; a neighbour typed as "B [type]" read as B first, then as
+    written),
     KG-R1 entity lists, "(head, relation, tail)" lines (search) and JSON triple lists.
 
     Ambiguous "(a, b, c, d)" lines (a name with a comma) give their first reading here.
