@@ -288,7 +288,9 @@ def test_a_scope_is_kept_by_the_episode_in_process_and_over_http(mini) -> None: 
 
 # ----- evaluation ------------------------------------------------------------------------------------------
 
-_RELATION = re.compile(r"^\d+\. (.+?) -\[(.+?)\]-> (.+?)(?::|$)", re.M)
+# node_info's relation lines read from its entity (tools.node_info_lines: from_entity): "3. -[label]-> Tail"
+_ENTITY = re.compile(r"^Entity: (.+)$", re.M)
+_RELATION = re.compile(r"^\d+\. -\[(.+?)\]-> (.+?)(?::|$)", re.M)
 
 
 def walking_policy(request: ChatRequest) -> str:
@@ -303,8 +305,9 @@ def walking_policy(request: ChatRequest) -> str:
     pending, reached, level = [topic], [], 0
     for response in responses:
         queried = pending.pop(0)
-        reached += [tail for head, relation, tail in _RELATION.findall(response)
-                    if head == queried and relation == plan[level] and tail not in reached]
+        head = _ENTITY.search(response)
+        reached += [tail for relation, tail in _RELATION.findall(response)
+                    if head and head.group(1) == queried and relation == plan[level] and tail not in reached]
         if not pending:
             pending, reached, level = reached, [], level + 1
     if level == len(plan):

@@ -285,6 +285,39 @@ def test_parse_triples_formats() -> None:
     assert parse_triples("Found 2 entities matching 'Sun':\n1. Entity: Sun Description: a star") == []
 
 
+# tools.node_info_lines: from_entity (the project's): each relation read from the response's "Entity:" line
+NODE_INFO_FROM_ENTITY = """No entity is named "mercury planet"; the closest is "Mercury".
+Entity: Mercury
+Type: planet
+Description: The smallest planet.
+Relations (5):
+1. -[orbits]-> Sun [star]: Mercury orbits the Sun.
+2. <-[near]- Venus (planet) [planet]: neighbours
+3. -[named after]-> Hermes
+… 2 more relations not shown"""
+
+
+def test_parse_triples_reads_node_info_lines_from_the_entity() -> None:
+    assert parse_triples(NODE_INFO_FROM_ENTITY) == [("Mercury", "orbits", "Sun"), ("Venus (planet)", "near", "Mercury"),
+                                                    ("Mercury", "named after", "Hermes")]
+    # the other end's type (tools.neighbor_types) is read off first, then as written; the entity's own name is plain
+    assert _triple_alternatives(NODE_INFO_FROM_ENTITY)[:2] == (
+        (("Mercury", "orbits", "Sun"), ("Mercury", "orbits", "Sun [star]")),
+        (("Venus (planet)", "near", "Mercury"), ("Venus (planet) [planet]", "near", "Mercury")))
+    # an undirected graph's "-[label]-- Other" lines, typed or not, start from the entity
+    undirected = "Entity: Mercury\nType: planet\nRelations (2):\n1. -[orbits]-- Sun [star]\n2. -[near]-- Venus"
+    assert parse_triples(undirected) == [("Mercury", "orbits", "Sun"), ("Mercury", "near", "Venus")]
+    # each response's lines read from its own entity (several responses in one text)
+    both = "Entity: Sun\nRelations (1):\n1. -[part of]-> Solar System [system]\n" + NODE_INFO_FROM_ENTITY
+    assert parse_triples(both)[0] == ("Sun", "part of", "Solar System")
+    assert parse_triples(both)[1:] == parse_triples(NODE_INFO_FROM_ENTITY)
+    # the same relations in either layout score the same
+    triples_layout = "\n".join(["Entity: Mercury", "1. Mercury -[orbits]-> Sun [star]: Mercury orbits the Sun.",
+                                "2. Venus (planet) [planet] -[near]-> Mercury: neighbours",
+                                "3. Mercury -[named after]-> Hermes"])
+    assert _triple_alternatives(NODE_INFO_FROM_ENTITY) == _triple_alternatives(triples_layout)
+
+
 def test_gold_triple_coverage_and_exploration_efficiency() -> None:
     assert gold_triples(gold_path("q")) == [("Mercury", "orbits", "Sun"), ("Sun", "part of", "Solar System")]
     think = "Mercury orbits the Sun. Venus is near Mercury. The sun is in the solar system."

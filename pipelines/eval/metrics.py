@@ -385,17 +385,17 @@ def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
                     out.append(((item[0], item[1], item[2]),))
             if out:
                 return tuple(out)
-    entity = ""  # the node_info response's entity, that from_entity lines start from
+    about = ""  # the node_info response's entity, that from_entity lines start from
     for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
         if m := _NODE_INFO_ENTITY.match(line):
-            entity = m["e"]
+            about = m["e"]
             continue
         if m := _NODE_INFO_FROM_ENTITY.match(line):
             other = m["other"].strip()
-            shown = (other, m["r"].strip(), entity) if m["into"] else (entity, m["r"].strip(), other)
+            shown = (other, m["r"].strip(), about) if m["into"] else (about, m["r"].strip(), other)
             plain = (_untyped(shown[0]), shown[1], _untyped(shown[2]))
             out.append((plain, shown) if plain != shown else (shown,))
             continue
