@@ -77,7 +77,7 @@ from pipelines.agent.calls import ToolCall, format_call
 from pipelines.agent.client import HttpToolClient
 from pipelines.agent.kg_view import DomainGraph
 from pipelines.agent.server import CallRequest, create_app
-from pipelines.agent.tools import KGToolbox
+from pipelines.agent.tools import KGToolbox, relation_line
 from pipelines.config import Params, load_params
 from pipelines.domains import Domain, Registry, SourceSpec, load_registry, save_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
@@ -153,8 +153,7 @@ def _format(name: str, etype: str, description: str, relations: list[tuple[str, 
              f"Relations ({len(relations)}):"]
     shown = relations if cap is None else relations[:cap]
     for rank, (head, relation, tail, text) in enumerate(shown, start=1):
-        other = tail if head == name else head
-        link = f"-[{relation}]{arrow} {other}" if head == name or arrow == "--" else f"<-[{relation}]- {other}"
+        link = relation_line(relation, tail if head == name else head, outgoing=head == name, directed=arrow == "->")
         lines.append(f"{rank}. {link}" + (f": {text}" if text else ""))
     if len(shown) < len(relations):
         lines.append(f"… {len(relations) - len(shown)} more relations not shown")

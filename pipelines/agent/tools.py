@@ -337,6 +337,14 @@ def _clip(text: str, limit: int | None = 300) -> str:
 _TOOLBOXES: weakref.WeakSet[KGToolbox] = weakref.WeakSet()  # for _clear_query_caches
 
 
+def relation_line(label: str, other: str, *, outgoing: bool, directed: bool) -> str:
+    """A node_info relation read from the entity at the top of the response (tools.node_info_lines: from_entity):
+    "-[label]-> other" out of it, "<-[label]- other" into it, "-[label]-- other" in an undirected graph."""
+    if not directed:
+        return f"-[{label}]-- {other}"
+    return f"-[{label}]-> {other}" if outgoing else f"<-[{label}]- {other}"
+
+
 class KGToolbox:
     """Loads each domain once (reloading it when its manifests change) and executes tool calls."""
 
@@ -610,8 +618,8 @@ class KGToolbox:
             head, tail = (self._listed_entity(graph, end) if end != entity else graph.names[end] for end in (src, dst))
             return f"{head} -[{label}]{'->' if graph.directed else '--'} {tail}"
         outgoing = src == entity
-        link = f"-[{label}]--" if not graph.directed else f"-[{label}]->" if outgoing else f"<-[{label}]-"
-        return f"{link} {self._listed_entity(graph, dst if outgoing else src)}"
+        return relation_line(label, self._listed_entity(graph, dst if outgoing else src), outgoing=outgoing,
+                             directed=graph.directed)
 
     def _question_order(self, graph: DomainGraph, entity: int, relations: list[int],
                         episode: EpisodeState) -> list[int]:

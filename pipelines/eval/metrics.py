@@ -369,6 +369,12 @@ def _untyped(name: str) -> str:
     return typed["name"] if typed else name
 
 
+def _typed_readings(shown: Triple) -> tuple[Triple, ...]:
+    """A node_info triple as written, read first without the types written after its names, then as written."""
+    plain = (_untyped(shown[0]), shown[1], _untyped(shown[2]))
+    return (plain, shown) if plain != shown else (shown,)
+
+
 @lru_cache(maxsize=8192)  # the same node_info response comes back in many episodes
 def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
     """Triples in a tool response, each as its possible readings (one, unless the text is ambiguous)."""
@@ -395,9 +401,7 @@ def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
             continue
         if m := _NODE_INFO_FROM_ENTITY.match(line):
             other = m["other"].strip()
-            shown = (other, m["r"].strip(), about) if m["into"] else (about, m["r"].strip(), other)
-            plain = (_untyped(shown[0]), shown[1], _untyped(shown[2]))
-            out.append((plain, shown) if plain != shown else (shown,))
+            out.append(_typed_readings((other, m["r"].strip(), about) if m["into"] else (about, m["r"].strip(), other)))
             continue
         m = _KG_R1_ENTITIES.search(line)
         if m:
@@ -416,9 +420,7 @@ def _triple_alternatives(text: str) -> tuple[tuple[Triple, ...], ...]:
                 continue
         m = _NODE_INFO_LINE.match(line)
         if m:
-            shown = (m["h"].strip(), m["r"].strip(), m["t"].strip())
-            plain = (_untyped(shown[0]), shown[1], _untyped(shown[2]))
-            out.append((plain, shown) if plain != shown else (shown,))
+            out.append(_typed_readings((m["h"].strip(), m["r"].strip(), m["t"].strip())))
     return tuple(out)
 
 
