@@ -283,6 +283,8 @@ class SFTParams(_Section):
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    # LoRA on the last N transformer blocks only (None: every block): backward stops at the first adapted block
+    lora_layers: int | None = Field(None, ge=1)
     max_length: int = Field(4096, ge=16)  # tokens per conversation (quick: every template conversation fits)
     overlong: Literal["truncate", "drop"] = "drop"  # a longer conversation: cut at max_length, or left out
     per_device_batch: int = Field(1, ge=1)
@@ -338,6 +340,7 @@ class RLStageParams(DomainSelection):
     method: Literal["lora", "full"] = "lora"
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
+    lora_layers: int | None = Field(None, ge=1)  # as sft.lora_layers: the last N blocks only (None: every block)
     value_learning_rate: float = Field(1e-5, gt=0)  # ppo: the value model's learning rate
     gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo
     gamma: float = Field(1.0, ge=0, le=1)  # ppo

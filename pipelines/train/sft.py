@@ -259,11 +259,11 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     ``force=False`` an output built from the same inputs and params is reused.
     """
     import torch
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig
 
     from pipelines.manifest import model_identity
+    from pipelines.train.lora import cut_gradient_below, lora_config
     from pipelines.train.memory import (
         SFT_MMAP_THRESHOLD_BYTES,
         fused_logprob_tokens,
@@ -298,9 +298,9 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         token_ids = sorted(new_tokens)
         trainable = ({embed_name: token_ids} if tied else {embed_name: token_ids, head_name: token_ids}) \
             if token_ids else None
-        peft_config = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=params.lora_dropout,
-                                 target_modules="all-linear", task_type="CAUSAL_LM",
-                                 trainable_token_indices=trainable)
+        peft_config = lora_config(model, r=params.lora_r, alpha=params.lora_alpha, dropout=params.lora_dropout,
+                                  layers=params.lora_layers, trainable_tokens=trainable)
+        cut_gradient_below(model, params.lora_layers)  # backward ends at the first adapted block
 
     with atomic_directory(output_folder) as tmp:
         work = tmp / ".trainer"

@@ -174,10 +174,10 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         **vllm_trainer_options(settings, backend))
     peft_config = None
     if settings.method == "lora":
-        from peft import LoraConfig
+        from pipelines.train.lora import cut_gradient_below, lora_config
 
-        peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
+        peft_config = lora_config(model, r=settings.lora_r, alpha=settings.lora_alpha, layers=settings.lora_layers)
+        cut_gradient_below(model, settings.lora_layers)  # backward ends at the first adapted block
     common = dict(model=model, reward_funcs=rewards, args=config, train_dataset=dataset, processing_class=tokenizer,
                   peft_config=peft_config, rollouts=rollouts, stage=settings)
     if settings.algorithm == "ppo":
