@@ -129,16 +129,16 @@ class Subject:
         self.args = args
 
     def lora_config(self) -> Any:
-        from peft import LoraConfig
-
+        """As ``train_sft``: every block, or the last ``args.lora_layers`` (bench/sft_lora_layers.py)."""
+        from pipelines.train.lora import lora_config
         from pipelines.train.sft import _embedding_names
 
         embed_name, head_name, tied = _embedding_names(self.base)
         token_ids = sorted(self.new_tokens)
         trainable = ({embed_name: token_ids} if tied else {embed_name: token_ids, head_name: token_ids}) \
             if token_ids else None
-        return LoraConfig(r=self.args.lora_r, lora_alpha=self.args.lora_alpha, lora_dropout=0.0,
-                          target_modules="all-linear", task_type="CAUSAL_LM", trainable_token_indices=trainable)
+        return lora_config(self.base, r=self.args.lora_r, alpha=self.args.lora_alpha,
+                           layers=getattr(self.args, "lora_layers", None), trainable_tokens=trainable)
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.base.parameters())
@@ -261,11 +261,13 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTTrainer
 
+    from pipelines.train.lora import cut_gradient_below
     from pipelines.train.memory import labelled_positions_only
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer, _give_output_embeddings_a_bias
 
     settle()
     model = copy.deepcopy(subject.base)
+    cut_gradient_below(model, getattr(args, "lora_layers", None))  # as train_sft: backward ends at the adapters
     timer = StepTimer(cuda=device == "cuda")
     with tempfile.TemporaryDirectory(prefix="omne-bench-sft-") as tmp:
         config = sft_config(Path(tmp), subject.max_length, args, device)
@@ -528,10 +530,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def parse_variant_args(name: str, doc: str, argv: list[str] | None, toy: dict[str, Any],
-                       **defaults: Any) -> argparse.Namespace:
+                       options: Callable[[BenchParser], None] | None = None, **defaults: Any) -> argparse.Namespace:
     """The options of a benchmark that runs bench/sft.py's SmolLM2 subject two ways (sft_precision,
-    sft_packing): these options with its ``defaults``; --toy: ``toy`` and the tiny random llama."""
+    sft_packing): these options (and the ones ``options`` adds) with its ``defaults``; --toy: ``toy`` and the tiny
+    random llama."""
     parser = build_parser(name, description=doc.split("\n\n")[0])
+    if options is not None:
+        options(parser)
     parser.set_defaults(models=["smollm2"], **defaults)
     parser.set_toy(model=None, **toy)
     args = check_args(parser, parser.parse_args(argv))
@@ -602,8 +607,9 @@ def speedup_footer(results: dict[str, Any], label: str, claim: str, target: floa
     """A variant table's last lines: the speed-up of each round (``label``), the largest gap between the two runs'
     losses of the same step, the verdict on ``claim`` (the median speed-up >= ``target``) and the load footer."""
     m = results["result"]
-    return ["", f"{label} per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}; largest relative gap between "
-                f"the two runs' losses of the same step: {m['max_relative_loss_gap']:{gap_format}}",
+    gap = "" if "max_relative_loss_gap" not in m else ("; largest relative gap between the two runs' losses of the "
+                                                        f"same step: {m['max_relative_loss_gap']:{gap_format}}")
+    return ["", f"{label} per round: {', '.join(f'{x:.2f}' for x in m['speedups'])}{gap}",
             f"  {verdict(m['median_speedup'] >= target)}  {claim}   median {m['median_speedup']:.2f}x",
             load_footer(results)]
 
@@ -611,7 +617,8 @@ def speedup_footer(results: dict[str, Any], label: str, claim: str, target: floa
 def run_variant(name: str, argv: list[str] | None, parse_args: Callable[[list[str] | None], argparse.Namespace],
                 run_pair: Callable[[Any, argparse.Namespace, str], dict[str, Any]],
                 table: Callable[[dict[str, Any]], str]) -> int:
-    """A two-way benchmark on the SmolLM2 subject of ``--data``'s conversations (sft_precision, sft_lm_head):
+    """A two-way benchmark on the SmolLM2 subject of ``--data``'s conversations (sft_precision, sft_lm_head,
+    sft_lora_layers):
     its options, ``run_pair``'s result under ``result``, the table printed and the JSON written."""
     args = parse_args(argv)
     device, started, conversations = start_variant(args)

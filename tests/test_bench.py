@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "sft_packing", "sft_lm_head", "graph_names", "rl_step", "eval_slots", "node_info_order"]
+           "sft_precision", "sft_packing", "sft_lm_head", "sft_lora_layers", "graph_names", "rl_step", "eval_slots", "node_info_order"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -243,6 +243,14 @@ def check_sft_lm_head(results: dict[str, Any]) -> list[str]:
     return ["result.median_speedup", "result.summary.labelled.s_per_step", "result.summary.every.s_per_step"]
 
 
+def check_sft_lora_layers(results: dict[str, Any]) -> list[str]:
+    result = results["result"]
+    assert set(result["summary"]) == {"last", "every"} and result["blocks"] == {"adapted": 1, "of": 2}
+    # both trained: the same conversations, different adapters, so losses that differ after the first step
+    assert all(len(v) == results["args"]["warmup_steps"] + results["args"]["steps"] for v in result["losses"].values())
+    return ["result.median_speedup", "result.summary.last.s_per_step", "result.summary.every.s_per_step"]
+
+
 def check_orchestration(results: dict[str, Any]) -> list[str]:
     stages = ["knowledge_graph", "entity_index", "seed_subgraphs", "qa_pairs", "gold_paths", "qa_dataset"]
     assert list(results["stages"]) == stages
@@ -300,7 +308,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "graph_names": check_graph_names, "transfer": check_transfer,
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
     "rl_curve": check_rl_curve, "rl_step": check_rl_step, "eval_slots": check_eval_slots, "sft": check_sft,
-    "sft_precision": check_sft_precision, "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head,
+    "sft_precision": check_sft_precision, "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head, "sft_lora_layers": check_sft_lora_layers,
     "orchestration": check_orchestration, "reliability": check_reliability, "node_info_order": check_node_info_order}
 
 

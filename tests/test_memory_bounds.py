@@ -280,6 +280,14 @@ def test_estimates_follow_the_settings_that_bound_memory() -> None:
     assert "value model (+ AdamW)" not in grpo.parts and ppo.parts["KV cache"] == 8 * grpo.parts["KV cache"]
     bounded = estimate_rl(shape, RLStageParams(questions_per_step=8), cuda=True, together=16)
     assert bounded.parts["KV cache"] == ppo.parts["KV cache"] // 2
+    # LoRA on the last 15 of 30 blocks: backward keeps half the activations, half the adapters' optimizer states
+    half = estimate_sft(shape, SFTParams(logprob_chunk_tokens=512, lora_layers=15), cuda=False)
+    assert half.parts["activations"] * 2 == tiled.parts["activations"]
+    assert half.parts["gradients + AdamW"] == pytest.approx(tiled.parts["gradients + AdamW"] / 2, rel=1e-6)
+    last = estimate_rl(shape, RLStageParams(algorithm="ppo", lora_layers=10, questions_per_step=8), cuda=True)
+    assert last.parts["activations"] * 3 == ppo.parts["activations"]
+    assert last.parts["value model (+ AdamW)"] == ppo.parts["value model (+ AdamW)"]  # the critic trains whole
+    assert estimate_sft(shape, SFTParams(method="full", lora_layers=15), cuda=False).parts == full.parts
 
 
 def test_memory_command_prints_every_stage(tiny_llama: Path, tmp_path: Path) -> None:

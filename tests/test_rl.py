@@ -183,6 +183,33 @@ def test_grpo_stage1_trains_and_saves_an_auditable_model(solar_qa: Params, tiny:
     assert train_rl(params, 1, progress=False).skipped  # same inputs and params: reused
 
 
+def test_rl_lora_on_the_last_block_leaves_the_blocks_below_as_they_were(solar_qa: Params, tiny: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """rl.<stage>.lora_layers: the merged policy differs from its start in the adapted block only. The random tiny
+    model earns the same (nothing) from every real reward, so a reward on the characters its replies use gives GRPO
+    advantages to learn from."""
+    from safetensors.torch import load_file
+
+    from pipelines.train import rewards
+
+    def distinct_characters(completions: list, **kwargs: object) -> list[float]:
+        return [float(len(set("".join(m["content"] for m in t.messages if m["role"] == "assistant"))))
+                for t in completions]
+
+    monkeypatch.setitem(rewards.REWARDS, "distinct_characters", distinct_characters)
+    monkeypatch.setitem(rewards.REWARD_PROTOCOLS, "distinct_characters", ("omne",))
+    params = _tiny_params(solar_qa, tiny, lora_layers=1, val_questions=0, learning_rate=5e-2,
+                          rewards=["distinct_characters"], max_new_tokens=24)
+    folder = train_rl(params, 1, progress=False).folder
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["params"]["rl"]["lora_layers"] == 1
+    start, trained = load_file(tiny / "model.safetensors"), load_file(folder / "model.safetensors")
+    below = [k for k in start if ".layers.0." in k]
+    assert below and all(torch.equal(start[k], trained[k]) for k in below)
+    assert all(torch.equal(start[k], trained[k]) for k in start if "embed" in k or "norm" in k)
+    assert any(not torch.equal(start[k], trained[k]) for k in start if ".layers.1." in k)  # it did learn
+
+
 def test_hard_case_resampling_finds_each_questions_gold_path_conversation(solar_qa: Params) -> None:
     """``resample: hard_case`` measures the policy's loss on the question's stage-2 SFT conversation: every
     conversation is found by its question's id, a misspelled-start variant (id ``<qa>-t0-m``) included."""

@@ -403,6 +403,34 @@ def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
     assert train_sft([conversation(i) for i in range(8)], tiny_tied, out, params, force=False).skipped
 
 
+def test_train_sft_lora_on_the_last_blocks_only(tiny_tied: Path, tmp_path: Path) -> None:
+    """sft.lora_layers: adapters in the last block only (of 2); the new token rows still learn (from the output side,
+    the tied LM head), the adapter reloads, and the setting is part of the model's identity."""
+    from peft import PeftConfig
+    from safetensors.torch import load_file
+
+    params = SFTParams(max_steps=4, learning_rate=5e-3, warmup_ratio=0.0, per_device_batch=2, grad_accumulation=1,
+                       max_length=512, lora_layers=1, seed=0)
+    out = tmp_path / "last"
+    manifest = train_sft([conversation(i) for i in range(8)], tiny_tied, out, params, progress=False).manifest
+    assert manifest.params["lora_layers"] == 1
+    assert PeftConfig.from_pretrained(out).layers_to_transform == [1]
+    saved = load_file(out / "adapter_model.safetensors")
+    lora = [k for k in saved if "lora_" in k]
+    assert lora and all(".layers.1." in k for k in lora)
+    losses = [h["loss"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    tokenizer, new_tokens = prepare_tokenizer(tiny_tied)
+    start = load_model(tiny_tied, tokenizer).get_input_embeddings().weight[sorted(new_tokens)]
+    delta = next(saved[k] for k in saved if "trainable_tokens_delta" in k)
+    assert not torch.allclose(delta, start)  # trained through the LM head alone
+    model, _ = load_sft_model(out)
+    assert torch.equal(model.get_input_embeddings().weight[sorted(new_tokens)], delta)
+    # another number of blocks is another model: retrained, not reused
+    every = params.model_copy(update={"lora_layers": None})
+    assert not train_sft([conversation(i) for i in range(8)], tiny_tied, out, every, progress=False).skipped
+
+
 def test_train_sft_full_fine_tuning(tiny: Path, tmp_path: Path) -> None:
     params = SFTParams(method="full", max_steps=2, per_device_batch=2, grad_accumulation=2, max_length=400,
                        mode="no_think", overlong="drop", learning_rate=None)  # None: the method's (full: 1e-5)

@@ -194,13 +194,15 @@ class ModelShape(BaseModel):
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
 
-    def activation_bytes_per_token(self, checkpointing: bool, dtype_bytes: int = 2) -> int:
+    def activation_bytes_per_token(self, checkpointing: bool, dtype_bytes: int = 2, blocks: int | None = None) -> int:
         """What backward keeps per token: every block's saved inputs (norms, projections, attention output, MLP
         intermediates; attention scores are never materialised with SDPA/flash kernels), or with activation
-        checkpointing each block's input plus one block recomputed at a time."""
+        checkpointing each block's input plus one block recomputed at a time. ``blocks``: backward runs through the
+        last this many only (LoRA on the last blocks, ``lora_layers``); None: all."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         block = (6 * self.hidden + 3 * q + 2 * kv + 4 * self.intermediate) * dtype_bytes
-        return (self.layers * self.hidden * dtype_bytes + block) if checkpointing else self.layers * block
+        kept = self.layers if blocks is None else min(blocks, self.layers)
+        return (kept * self.hidden * dtype_bytes + block) if checkpointing else kept * block
 
 
 class MemoryEstimate(BaseModel):
@@ -216,10 +218,17 @@ class MemoryEstimate(BaseModel):
         return sum(self.parts.values())
 
 
-def _trainable(shape: ModelShape, method: str, lora_r: int) -> tuple[int, int]:
-    """(bytes of weights, bytes of gradients + AdamW states) of a policy trained in fp32 master weights."""
+def _backward_blocks(section: Any) -> int | None:
+    """The blocks backward runs through: the last ``lora_layers`` with LoRA on those only; None: every block."""
+    return section.lora_layers if section.method == "lora" else None
+
+
+def _trainable(shape: ModelShape, method: str, lora_r: int, blocks: int | None = None) -> tuple[int, int]:
+    """(bytes of weights, bytes of gradients + AdamW states) of a policy trained in fp32 master weights; ``blocks``:
+    LoRA on the last this many blocks only."""
     weights = 4 * shape.parameters
-    trained = shape.parameters if method == "full" else shape.lora_parameters(lora_r)
+    share = 1.0 if blocks is None else min(blocks, shape.layers) / shape.layers
+    trained = shape.parameters if method == "full" else int(shape.lora_parameters(lora_r) * share)
     return weights + (4 * trained if method == "lora" else 0), 12 * trained  # grads (4) + Adam m, v (8)
 
 
@@ -242,8 +251,10 @@ def _activation_dtype_bytes(bf16: Any, cuda: bool) -> int:
 def estimate_sft(shape: ModelShape, sft: Any, *, cuda: bool) -> MemoryEstimate:
     """Stage 2: the policy, its optimizer and one micro-batch of ``per_device_batch x max_length`` tokens."""
     tokens = sft.per_device_batch * sft.max_length
-    weights, optimizer = _trainable(shape, sft.method, sft.lora_r)
-    per_token = shape.activation_bytes_per_token(sft.gradient_checkpointing, _activation_dtype_bytes(sft.bf16, cuda))
+    blocks = _backward_blocks(sft)
+    weights, optimizer = _trainable(shape, sft.method, sft.lora_r, blocks)
+    per_token = shape.activation_bytes_per_token(sft.gradient_checkpointing, _activation_dtype_bytes(sft.bf16, cuda),
+                                                 blocks)
     return MemoryEstimate(stage="sft", parts={
         "weights": weights, "gradients + AdamW": optimizer, "activations": tokens * per_token,
         "LM head tile": _lm_head_bytes(shape, sft.logprob_chunk_tokens, tokens, cuda)})
@@ -256,9 +267,10 @@ def estimate_rl(shape: ModelShape, stage: Any, *, cuda: bool, name: str = "rl",
     a step generated at a time, ``agent.batch_size``; None: all; up to ``max_length`` tokens each, in the
     policy's float32)."""
     tokens = stage.micro_batch * stage.max_length
-    weights, optimizer = _trainable(shape, stage.method, stage.lora_r)
+    blocks = _backward_blocks(stage)
+    weights, optimizer = _trainable(shape, stage.method, stage.lora_r, blocks)
     dtype_bytes = _activation_dtype_bytes(stage.bf16, cuda)
-    activations = tokens * shape.activation_bytes_per_token(stage.gradient_checkpointing, dtype_bytes)
+    activations = tokens * shape.activation_bytes_per_token(stage.gradient_checkpointing, dtype_bytes, blocks)
     rollouts = stage.questions_per_step * stage.num_generations
     batch = min(rollouts, together or rollouts)
     parts = {"weights": weights, "gradients + AdamW": optimizer, "activations": activations,
@@ -269,7 +281,8 @@ def estimate_rl(shape: ModelShape, stage: Any, *, cuda: bool, name: str = "rl",
     if stage.algorithm == "ppo":
         trunk = shape.parameters - shape.vocab * shape.hidden * (1 if shape.tied_embeddings else 2)
         critic = trunk + shape.vocab * shape.hidden  # input embeddings kept, a scalar head
-        parts["value model (+ AdamW)"] = 16 * critic + activations
+        parts["value model (+ AdamW)"] = 16 * critic + tokens * shape.activation_bytes_per_token(
+            stage.gradient_checkpointing, dtype_bytes)  # the critic is trained whole
     notes = [f"{batch} of {rollouts} rollouts at a time x {stage.max_length} tokens"]
     return MemoryEstimate(stage=name, parts=parts, notes=notes)
 
