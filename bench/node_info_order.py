@@ -139,10 +139,12 @@ def node_info_call(name: str, graph: str) -> str:
 
 def rank_of(text: str, following: str) -> int | None:
     """0-based rank of the first relation line of a node_info response whose other end is ``following`` (its
-    head or tail: the entity itself is the other); None when no listed line reaches it."""
+    head or tail: the entity itself is the other); None when no listed line reaches it. Each line is read with the
+    response's ``Entity:`` line, so that a line written from the entity ("-[label]-> B") names both of its ends."""
+    entity = next((line for line in text.splitlines() if line.startswith("Entity:")), "")
     lines = [line for line in text.splitlines() if RELATION_LINE.match(line)]
     for rank, line in enumerate(lines):
-        triples = parse_triples(line)
+        triples = parse_triples(f"{entity}\n{line}" if entity else line)
         if triples and following in (triples[0][0], triples[0][2]):
             return rank
     return None

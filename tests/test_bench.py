@@ -369,3 +369,20 @@ def test_help_explains_every_option(common: Any) -> None:
     for action in parser._actions:  # noqa: SLF001 - argparse keeps its options there
         assert action.help, action.option_strings
     assert "sets --size 3" in text and "--out PATH" in text and "--rounds" in text
+
+
+def test_node_info_order_ranks_both_line_layouts_alike() -> None:
+    """bench/node_info_order.py's rank of the next entity reads node_info's from_entity lines (one end named by the
+    response's Entity: line) as it reads the paper's triples."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from node_info_order import rank_of
+    finally:
+        sys.path.remove(str(BENCH))
+    from_entity = ("Entity: Estonia\nType: country\nRelations (3, closest to the question first):\n"
+                   "1. -[in subregion]-> Northern Europe [subregion]\n2. <-[capital of]- Tallinn [city]\n"
+                   "3. -[borders]-> Latvia [country]")
+    triples = ("Entity: Estonia\nType: country\nRelations (3):\n1. Estonia -[in subregion]-> Northern Europe\n"
+               "2. Tallinn -[capital of]-> Estonia\n3. Estonia -[borders]-> Latvia")
+    for text in (from_entity, triples):
+        assert [rank_of(text, name) for name in ("Northern Europe", "Tallinn", "Latvia", "Russia")] == [0, 1, 2, None]
