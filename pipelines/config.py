@@ -350,8 +350,8 @@ class RLStageParams(DomainSelection):
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
-    # who generates the rollouts; None: agent.backend. A step's rollouts are short and its training forward/backward
-    # dominates, so on a CPU the onnx weight sync (~20 s) costs more than its faster generation saves (docs/rl.md).
+    # who generates the rollouts; None: agent.backend. Stage 1's rollouts are short (3 rounds of 64 tokens) and the
+    # onnx weight sync (~13 s) costs what its faster generation saves; stage 3 (7 rounds of 128) uses onnx (docs/rl.md)
     # vllm: TRL's own vLLM engine, on a CUDA GPU machine only (docs/rl.md, "vLLM (GPU)")
     backend: Literal["transformers", "onnx", "vllm"] | None = "transformers"
     # backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
@@ -395,7 +395,7 @@ class RLParams(_Section):
     stage3: RLStageParams = RLStageParams(rewards=["omne_stage3", "eog"], reward_options={"eog_path_start_step": 0},
                                           max_steps=8, learning_rate=5e-5, max_new_tokens=128, max_rounds=None,
                                           val_questions=0, eval_every=4, gradient_checkpointing=True,
-                                          logprob_chunk_tokens=256)
+                                          logprob_chunk_tokens=256, backend="onnx")
 
 
 class CheckParams(_Section):
