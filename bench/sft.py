@@ -602,6 +602,13 @@ def run_rows(summary: dict[str, dict[str, float]], columns: list[tuple[str, str,
     return [head, "-" * len(head), *rows]
 
 
+def sizes_line(args: dict[str, Any], runs: str) -> str:
+    """A variant table's second line: the data and step sizes of each run, and how the runs (``runs``) alternated."""
+    return (f"{args['conversations']} conversations, max length {args['max_length']}, batch {args['batch']} x grad "
+            f"accumulation {args['grad_accumulation']}, {args['warmup_steps']} warm-up + {args['steps']} timed steps "
+            f"per run, runs alternated {runs} x {args['repeat']}")
+
+
 def speedup_footer(results: dict[str, Any], label: str, claim: str, target: float,
                    gap_format: str = ".2%") -> list[str]:
     """A variant table's last lines: the speed-up of each round (``label``), the largest gap between the two runs'

@@ -56,9 +56,7 @@ def render_table(results: dict[str, Any]) -> str:
     a, m = results["args"], results["result"]
     lines = [f"SFT step time, fused LM head on the trained positions only vs every position (ThinkWeightedSFTTrainer, "
              f"LoRA r={a['lora_r']}), device {results['device']}, {results['torch_threads']} threads",
-             f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad "
-             f"accumulation {a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
-             f"runs alternated x {a['repeat']}; trained (assistant) share of the tokens: "
+             f"{sft_bench.sizes_line(a, 'labelled/every')}; trained (assistant) share of the tokens: "
              f"{m['assistant_token_share']:.1%}", "",
              *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1),
                                                 ("assistant tok/s", "assistant_tokens_per_s", 16, 1)])]

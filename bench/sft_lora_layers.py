@@ -59,9 +59,7 @@ def render_table(results: dict[str, Any]) -> str:
     lines = [f"SFT step time, LoRA on the last {m['blocks']['adapted']} of {m['blocks']['of']} blocks vs every block "
              f"(ThinkWeightedSFTTrainer, LoRA r={a['lora_r']}), device {results['device']}, "
              f"{results['torch_threads']} threads",
-             f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad "
-             f"accumulation {a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
-             f"runs alternated x {a['repeat']}", "",
+             sft_bench.sizes_line(a, "last/every"), "",
              *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1),
                                                 ("assistant tok/s", "assistant_tokens_per_s", 16, 1)]),
              "", "losses of the first round's steps: " + "; ".join(f"{k} {v}" for k, v in m["losses"].items())]

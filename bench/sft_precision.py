@@ -52,9 +52,7 @@ def render_table(results: dict[str, Any]) -> str:
     lines = [f"SFT step time, bf16 autocast vs fp32 (ThinkWeightedSFTTrainer, {Path(results['model']).name}, "
              f"LoRA r={a['lora_r']}), device {results['device']} (native bf16: {m['native_bf16']}), "
              f"{results['torch_threads']} threads",
-             f"{a['conversations']} conversations, max length {a['max_length']}, batch {a['batch']} x grad "
-             f"accumulation {a['grad_accumulation']}, {a['warmup_steps']} warm-up + {a['steps']} timed steps per run, "
-             f"runs alternated bf16/fp32 x {a['repeat']}", "",
+             sft_bench.sizes_line(a, "bf16/fp32"), "",
              *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2), ("tok/s", "tokens_per_s", 8, 1)],
                                  width=6)]
     lines += sft_bench.speedup_footer(results, "speed-up fp32/bf16", f"bf16 >= {TARGET_SPEEDUP}x fp32", TARGET_SPEEDUP)
