@@ -131,14 +131,11 @@ class Subject:
     def lora_config(self) -> Any:
         """As ``train_sft``: every block, or the last ``args.lora_layers`` (bench/sft_lora_layers.py)."""
         from pipelines.train.lora import lora_config
-        from pipelines.train.sft import _embedding_names
+        from pipelines.train.sft import trainable_token_rows
 
-        embed_name, head_name, tied = _embedding_names(self.base)
-        token_ids = sorted(self.new_tokens)
-        trainable = ({embed_name: token_ids} if tied else {embed_name: token_ids, head_name: token_ids}) \
-            if token_ids else None
         return lora_config(self.base, r=self.args.lora_r, alpha=self.args.lora_alpha,
-                           layers=getattr(self.args, "lora_layers", None), trainable_tokens=trainable)
+                           layers=getattr(self.args, "lora_layers", None),
+                           trainable_tokens=trainable_token_rows(self.base, self.new_tokens))
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.base.parameters())

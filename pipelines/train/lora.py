@@ -63,12 +63,10 @@ def lora_config(model: Any, *, r: int, alpha: int, dropout: float = 0.0, layers:
     (``trainable_token_indices``)."""
     from peft import LoraConfig
 
-    if layers is None:
-        return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear",
-                          task_type="CAUSAL_LM", trainable_token_indices=trainable_tokens)
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=block_linear_names(model),
-                      layers_to_transform=adapted_blocks(model, layers), task_type="CAUSAL_LM",
-                      trainable_token_indices=trainable_tokens)
+    targets: dict[str, Any] = {"target_modules": "all-linear"} if layers is None else {
+        "target_modules": block_linear_names(model), "layers_to_transform": adapted_blocks(model, layers)}
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
+                      trainable_token_indices=trainable_tokens, **targets)
 
 
 def _cut(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -193,6 +193,16 @@ def _embedding_names(model: Any) -> tuple[str, str, bool]:
     return names[id(inp)].rsplit(".", 1)[-1], names.get(id(out), "lm_head").rsplit(".", 1)[-1], tied
 
 
+def trainable_token_rows(model: Any, new_tokens: Mapping[int, list[int]]) -> dict[str, list[int]] | None:
+    """PEFT ``trainable_token_indices`` for the new tokens' rows: the input embedding (a tied LM head follows it),
+    and the LM head too when untied; None when no token was added."""
+    token_ids = sorted(new_tokens)
+    if not token_ids:
+        return None
+    embed_name, head_name, tied = _embedding_names(model)
+    return {embed_name: token_ids} if tied else {embed_name: token_ids, head_name: token_ids}
+
+
 def resize_for_tokens(model: Any, tokenizer: Any, new_tokens: Mapping[int, list[int]]) -> None:
     """Grow the embeddings to the tokenizer and start each new row at the mean of its old pieces
     (input and, when untied, output side), which is deterministic and close to what the model knew."""
@@ -294,12 +304,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     resize_for_tokens(model, tokenizer, new_tokens)
     peft_config = None
     if params.method == "lora":
-        embed_name, head_name, tied = _embedding_names(model)
-        token_ids = sorted(new_tokens)
-        trainable = ({embed_name: token_ids} if tied else {embed_name: token_ids, head_name: token_ids}) \
-            if token_ids else None
         peft_config = lora_config(model, r=params.lora_r, alpha=params.lora_alpha, dropout=params.lora_dropout,
-                                  layers=params.lora_layers, trainable_tokens=trainable)
+                                  layers=params.lora_layers, trainable_tokens=trainable_token_rows(model, new_tokens))
         cut_gradient_below(model, params.lora_layers)  # backward ends at the first adapted block
 
     with atomic_directory(output_folder) as tmp:
