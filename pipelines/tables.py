@@ -105,7 +105,11 @@ def print_eval_table(runs: list) -> None:
                           f"{scores.f1:.3f}", f"{scores.hit1:.3f}", f"{scores.answered:.2f}",
                           f"{metrics.efficiency.kg_calls_per_sample:.2f}" if label == "all" else "",
                           f"{metrics.efficiency.generated_tokens_mean:.0f}" if label == "all" else "")
-    console().print(table)
+    out = console()
+    out.print(table)
+    for metrics in runs:  # where each run's generating time went (a local backend only)
+        if metrics.efficiency.generation is not None:
+            out.print(f"{metrics.run}: {metrics.efficiency.generation.line()}", highlight=False)
 
 
 def print_comparison(comparison: Any) -> None:

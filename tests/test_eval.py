@@ -114,6 +114,13 @@ def test_omne_eval_cli_runs_a_local_model(solar_qa: Params, tmp_path: Path) -> N
     assert "omne evaluation" in result.stdout and "report:" in result.stdout
     metrics = json.loads((solar_qa.artifacts_dir / "reports" / "tiny" / "metrics.json").read_text())
     assert metrics["model"].startswith("tiny-llama-") and metrics["overall"]["n"] >= 1
+    # where the backend's time went: its counters over this evaluation, in metrics.json, the console and the page
+    work = metrics["efficiency"]["generation"]
+    assert work["backend"] == solar_qa.agent.backend and work["prompt_positions_computed"] > 0 < work["prefill_s"]
+    if work["backend"] == "onnx":  # the onnx backend times its decoding apart
+        assert work["decode_steps"] > 0 < work["decode_s"] and 0 < work["mean_live_rows"] <= solar_qa.agent.batch_size
+    assert f"tiny: generation ({work['backend']}): prefill" in result.stdout
+    assert 'data-key="generation"' in (solar_qa.artifacts_dir / "reports" / "tiny" / "report.html").read_text()
 
 
 def test_llm_judge_runs_beside_exact_match(solar_qa: Params, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,6 +135,7 @@ def test_llm_judge_runs_beside_exact_match(solar_qa: Params, monkeypatch: pytest
         result = evaluate(params, client=ScriptedChatClient(lambda r: "<answer>the planet Pluto</answer>"),
                           split="train", limit=50, progress=False, name="judged")
     assert result.metrics.overall.em == 0.0
+    assert result.metrics.efficiency.generation is None  # a scripted client has no backend counters
     assert result.metrics.judge == {"accuracy": 1.0, "asked": result.metrics.overall.n, "failed": 0}
     assert judged.state.log.total == result.metrics.overall.n
     assert all(t.judge == {"verdict": True, "reasoning": "same entity"} for t in result.trajectories)

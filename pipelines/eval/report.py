@@ -120,6 +120,12 @@ def write_report(folder: Path, metrics: EvalMetrics, trajectories: list[Trajecto
     return folder
 
 
+def _generation_rows(metrics: EvalMetrics) -> list[tuple[str, str]]:
+    """Where a local backend's generating time went (none for an endpoint or a scripted client)."""
+    work = metrics.efficiency.generation
+    return [] if work is None else [("generation", f"{work.summary()}; {work.backend} backend")]
+
+
 def read_metrics(folder: Path) -> EvalMetrics:
     """The :class:`EvalMetrics` of a written report (the flat ``summary`` section is ignored)."""
     data = json.loads((folder / METRICS_FILE).read_text(encoding="utf-8"))
@@ -375,7 +381,8 @@ def render_html(metrics: EvalMetrics, trajectories: list[Trajectory], gold_paths
         headline=_headline(metrics),
         scores=_scores_table(metrics),
         efficiency=_kv_table("efficiency-table", [(label, _fmt(getattr(metrics.efficiency, k)))
-                                                  for k, label in EFFICIENCY_LABELS.items()]),
+                                                  for k, label in EFFICIENCY_LABELS.items()]
+                             + _generation_rows(metrics)),
         behaviour=_kv_table("behaviour-table", _behaviour_rows(metrics)),
         repeats=_repeats_table(metrics),
         quality=_quality_section(qa_quality),

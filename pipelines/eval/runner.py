@@ -35,6 +35,7 @@ from pipelines.eval.kgqa import prepare_kgqa
 from pipelines.eval.source import QuestionSource
 from pipelines.layout import qa_dir, report_dir
 from pipelines.llm.base import ChatClient
+from pipelines.llm.generation import generation_work
 from pipelines.manifest import read_manifest, relative_path
 from pipelines.qa.build import GOLD_FILE, read_jsonl
 from pipelines.qa.models import GoldPath, QAPair
@@ -236,6 +237,8 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     resolve = entity_resolver(source.toolbox)
     gold = source.gold_paths()
     run = name or run_name(chat.model, protocol, baseline, source.split)
+    backend = getattr(chat, "backend", None)  # a LocalChatClient's: its counters say where the time went
+    work_before = dict(backend.stats) if backend is not None else None
     started = time.perf_counter()
     for repeat in range(params.eval.repeats):
         engine.params = engine_params.model_copy(update={"seed": params.eval.seed + repeat * 1000})
@@ -248,6 +251,8 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     metrics = runs[0]
     if len(runs) > 1:
         metrics.repeats = repeats_summary(runs)
+    if backend is not None and work_before is not None and backend.stats:
+        metrics.efficiency.generation = generation_work(backend.name, work_before, backend.stats)
     if params.eval.judge:  # the Omne-R1 paper's LLM judge for free-form answers, beside EM
         from pipelines.eval.judge import judge_answers
         from pipelines.llm.factory import build_chat_client

@@ -12,6 +12,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, Field, model_validator
 
 from pipelines.eval.stats import wilson_interval
+from pipelines.llm.generation import GenerationWork
 from pipelines.qa.models import Bucket
 
 
@@ -73,6 +74,7 @@ class Efficiency(BaseModel):
     samples_per_s: float = 0.0  # batched throughput of the run
     generated_tokens_per_s: float = 0.0
     kg_calls_per_sample: float = 0.0
+    generation: GenerationWork | None = None  # a local backend's prefill and decoding (None: an endpoint, a script)
 
 
 class Behaviour(BaseModel):

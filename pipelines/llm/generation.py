@@ -18,13 +18,56 @@ on a GPU (``pipelines.llm.trl_vllm``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from pydantic import BaseModel
 
 TRANSFORMERS = "transformers"
 ONNX = "onnx"
 VLLM = "vllm"  # RL rollouts only: TRL's vLLM engine, which TRL keeps in sync with the policy
 LOCAL_BACKENDS = (TRANSFORMERS, ONNX)
+
+
+class GenerationWork(BaseModel):
+    """What a local backend did over a span of calls (an evaluation), from the difference of its ``stats``: where
+    the time of generating went. ``decode_s``, ``decode_steps`` and ``mean_live_rows`` come from the onnx backend
+    only (transformers' ``generate`` decodes inside one call, timed with the rest)."""
+
+    backend: str
+    prompt_positions_computed: int = 0  # prompt positions run through the model (first messages included)
+    prompt_positions_reused: int = 0  # prompt positions taken from the prefix store instead
+    prefill_s: float = 0.0
+    decode_s: float | None = None
+    decode_steps: int | None = None
+    mean_live_rows: float | None = None  # rows decoded together per step, on average (of agent.batch_size)
+
+    def summary(self) -> str:
+        """``prefill 75 s (35,503 prompt positions computed, 142,362 reused), decoding 131 s (2,841 steps, ...)``."""
+        text = (f"prefill {self.prefill_s:.0f} s ({self.prompt_positions_computed:,} prompt positions computed, "
+                f"{self.prompt_positions_reused:,} reused)")
+        if self.decode_s is not None:
+            text += f", decoding {self.decode_s:.0f} s ({self.decode_steps:,} steps"
+            text += f", {self.mean_live_rows:.1f} rows a step)" if self.mean_live_rows is not None else ")"
+        return text
+
+    def line(self) -> str:
+        """The console's line: ``generation (onnx): prefill ...``."""
+        return f"generation ({self.backend}): {self.summary()}"
+
+
+def generation_work(name: str, before: Mapping[str, float], after: Mapping[str, float]) -> GenerationWork:
+    """The work between two snapshots of a backend's ``stats`` (the onnx backend's or the transformers client's
+    counters: their prefill seconds are ``prefill_seconds`` and ``seconds``)."""
+    done = {key: after[key] - before.get(key, 0) for key in after}
+    steps = done.get("decode_steps")
+    return GenerationWork(
+        backend=name, prompt_positions_computed=int(done.get("computed", 0)),
+        prompt_positions_reused=int(done.get("reused", 0)),
+        prefill_s=round(float(done.get("prefill_seconds", done.get("seconds", 0.0))), 3),
+        decode_s=round(float(done["decode_seconds"]), 3) if "decode_seconds" in done else None,
+        decode_steps=int(steps) if steps is not None else None,
+        mean_live_rows=round(done["row_steps"] / steps, 2) if steps and "row_steps" in done else None)
 
 
 class GenerationBackend(ABC):
