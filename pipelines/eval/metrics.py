@@ -668,7 +668,7 @@ def repeats_summary(runs: Sequence[EvalMetrics | Scores]) -> dict[str, dict[str,
         for name in SCORE_FIELDS:
             columns[name].append(float(getattr(scores, name)))
         if isinstance(run, EvalMetrics):
-            for name, value in run.efficiency.model_dump().items():
+            for name, value in run.efficiency.model_dump(exclude={"generation"}).items():  # the figures per repeat
                 columns[f"efficiency.{name}"].append(float(value))
     return {name: {"mean": float(np.mean(values)), "sd": _sd(values)} for name, values in columns.items()}
 
