@@ -238,7 +238,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     gold = source.gold_paths()
     run = name or run_name(chat.model, protocol, baseline, source.split)
     backend = getattr(chat, "backend", None)  # a LocalChatClient's: its counters say where the time went
-    work_before = dict(backend.stats) if backend is not None else None
+    work_before = dict(backend.stats) if backend is not None else {}
     started = time.perf_counter()
     for repeat in range(params.eval.repeats):
         engine.params = engine_params.model_copy(update={"seed": params.eval.seed + repeat * 1000})
@@ -251,7 +251,7 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
     metrics = runs[0]
     if len(runs) > 1:
         metrics.repeats = repeats_summary(runs)
-    if backend is not None and work_before is not None and backend.stats:
+    if backend is not None and backend.stats:
         metrics.efficiency.generation = generation_work(backend.name, work_before, backend.stats)
     if params.eval.judge:  # the Omne-R1 paper's LLM judge for free-form answers, beside EM
         from pipelines.eval.judge import judge_answers
