@@ -153,7 +153,7 @@ class GenerateRecorder:
     timed with a streamer) and decoding.
 
     With the client's prefix cache, prompts are computed before ``generate`` (the client's
-    ``prefill_stats``: positions computed, reused from its store, seconds) and ``generate`` starts
+    ``prefill_stats``: positions computed, reused from its store, ``prefill_seconds``) and ``generate`` starts
     from a cache holding all but each row's last prompt token, possibly in several calls per batch
     (decode chunks: rows that ended leave the batch between them); such a call counts as decoding,
     its first step included, and its prompt positions are only the ones it computes."""
@@ -202,12 +202,12 @@ class GenerateRecorder:
         decode = self.seconds - self.prefill_seconds
         stats = self._client_stats()
         outside = {k: stats.get(k, 0) - self.client_start.get(k, 0) for k in stats}
-        prefill = self.prefill_seconds + outside.get("seconds", 0.0)
+        prefill = self.prefill_seconds + outside.get("prefill_seconds", 0.0)
         return {"generate_calls": self.calls, "batches": self.batches + int(outside.get("batches", 0)),
                 "generate_rows": self.rows + int(outside.get("rows", 0)), "generate_max_rows": self.max_rows,
                 "generate_s": round(self.seconds, 4), "generate_share": round(self.seconds / wall, 4),
                 "prefill_s": round(prefill, 4), "prefill_in_generate_s": round(self.prefill_seconds, 4),
-                "prefill_before_generate_s": round(outside.get("seconds", 0.0), 4),
+                "prefill_before_generate_s": round(outside.get("prefill_seconds", 0.0), 4),
                 "prefill_positions": self.prefill_positions + int(outside.get("computed", 0)),
                 "reused_positions": int(outside.get("reused", 0)), "anchor_positions": int(outside.get("anchor", 0)),
                 "anchor_s": round(outside.get("anchor_seconds", 0.0), 4),

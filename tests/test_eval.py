@@ -117,8 +117,7 @@ def test_omne_eval_cli_runs_a_local_model(solar_qa: Params, tmp_path: Path) -> N
     # where the backend's time went: its counters over this evaluation, in metrics.json, the console and the page
     work = metrics["efficiency"]["generation"]
     assert work["backend"] == solar_qa.agent.backend and work["prompt_positions_computed"] > 0 < work["prefill_s"]
-    if work["backend"] == "onnx":  # the onnx backend times its decoding apart
-        assert work["decode_steps"] > 0 < work["decode_s"] and 0 < work["mean_live_rows"] <= solar_qa.agent.batch_size
+    assert work["decode_steps"] > 0 < work["decode_s"] and 0 < work["mean_live_rows"] <= solar_qa.agent.batch_size
     assert f"tiny: generation ({work['backend']}): prefill" in result.stdout
     assert 'data-key="generation"' in (solar_qa.artifacts_dir / "reports" / "tiny" / "report.html").read_text()
 

@@ -119,6 +119,10 @@ def test_rows_that_end_leave_the_batch_between_decode_chunks(tiny_llama: Path, s
     chunked.lm.generate = recording
     same_replies(chunked.complete_many(batch), client(tiny_llama, batch_size=8, prefix_cache=False).complete_many(batch))
     assert rows[0] == len(batch) and min(rows) < len(batch)  # the batch shrank once rows had stopped
+    # its counters: one decode step per generated position of the widest row left, the rows decoded at each
+    stats = chunked.prefill_stats
+    assert stats["decode_steps"] > 0 < stats["decode_seconds"]
+    assert stats["decode_steps"] * min(rows) <= stats["row_steps"] < stats["decode_steps"] * len(batch)
 
 
 def test_sampling_with_the_cache_is_seeded(tiny_llama: Path) -> None:

@@ -29,10 +29,20 @@ VLLM = "vllm"  # RL rollouts only: TRL's vLLM engine, which TRL keeps in sync wi
 LOCAL_BACKENDS = (TRANSFORMERS, ONNX)
 
 
+def generation_counters() -> dict[str, float]:
+    """A local backend's ``stats``, zeroed: the same keys for every backend, so that an evaluation's record and the
+    benchmarks read one set whichever generated. Prompt positions computed (first messages included), reused from
+    the prefix store and computed for first messages (``anchor``); seconds of prefill (anchors included), of the
+    anchors alone and of decoding; decode steps, and rows times steps (rows still in the batch at each step, so
+    ``row_steps / decode_steps`` is how full the batch ran); batches and their rows."""
+    return {"computed": 0, "reused": 0, "anchor": 0, "prefill_seconds": 0.0, "anchor_seconds": 0.0,
+            "decode_seconds": 0.0, "decode_steps": 0, "row_steps": 0, "batches": 0, "rows": 0}
+
+
 class GenerationWork(BaseModel):
-    """What a local backend did over a span of calls (an evaluation), from the difference of its ``stats``: where
-    the time of generating went. ``decode_s``, ``decode_steps`` and ``mean_live_rows`` come from the onnx backend
-    only (transformers' ``generate`` decodes inside one call, timed with the rest)."""
+    """What a local backend did over a span of calls (an evaluation), from the difference of its ``stats``
+    (``generation_counters``): where the time of generating went. The decoding figures are None for a backend
+    that decoded nothing it could time (transformers without its prefix cache: one ``generate`` call)."""
 
     backend: str
     prompt_positions_computed: int = 0  # prompt positions run through the model (first messages included)
@@ -57,17 +67,14 @@ class GenerationWork(BaseModel):
 
 
 def generation_work(name: str, before: Mapping[str, float], after: Mapping[str, float]) -> GenerationWork:
-    """The work between two snapshots of a backend's ``stats`` (the onnx backend's or the transformers client's
-    counters: their prefill seconds are ``prefill_seconds`` and ``seconds``)."""
+    """The work between two snapshots of a backend's ``stats`` (``generation_counters``)."""
     done = {key: after[key] - before.get(key, 0) for key in after}
-    steps = done.get("decode_steps")
+    steps = int(done.get("decode_steps", 0))
     return GenerationWork(
         backend=name, prompt_positions_computed=int(done.get("computed", 0)),
-        prompt_positions_reused=int(done.get("reused", 0)),
-        prefill_s=round(float(done.get("prefill_seconds", done.get("seconds", 0.0))), 3),
-        decode_s=round(float(done["decode_seconds"]), 3) if "decode_seconds" in done else None,
-        decode_steps=int(steps) if steps is not None else None,
-        mean_live_rows=round(done["row_steps"] / steps, 2) if steps and "row_steps" in done else None)
+        prompt_positions_reused=int(done.get("reused", 0)), prefill_s=round(float(done.get("prefill_seconds", 0.0)), 3),
+        decode_s=round(float(done.get("decode_seconds", 0.0)), 3) if steps else None, decode_steps=steps or None,
+        mean_live_rows=round(done.get("row_steps", 0) / steps, 2) if steps else None)
 
 
 class GenerationBackend(ABC):

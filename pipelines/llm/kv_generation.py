@@ -58,10 +58,10 @@ def prefill_groups(lengths: list[int], max_rows: int) -> list[list[int]]:
 class KVGeneration:
     """Prefill and decoding of one batch with ``lm`` (eval mode, under ``inference_mode``).
 
-    ``stats`` (the client's ``prefill_stats``) counts prompt positions computed before ``generate``
-    (anchors included), reused from the store, computed for first messages (anchors), the seconds spent
-    on them (and on anchors), batches and rows. Split points depend only on the prompts and the store,
-    not on the batch."""
+    ``stats`` (the client's ``prefill_stats``, ``generation_counters``) counts the prefill's prompt positions
+    (computed, anchors included; reused from the store; anchors) and seconds, batches and rows, then the
+    decoding's seconds, steps and rows x steps. Split points depend only on the prompts and the store, not on
+    the batch."""
 
     def __init__(self, lm: Any, pad_token_id: int, device: str, stats: dict[str, float]) -> None:
         self.lm = lm
@@ -194,11 +194,21 @@ class KVGeneration:
                     row[layer] = None  # copied: freed now unless the store keeps it (the batch's states exist once)
             cache.update(keys, values, layer)
             del keys, values
-        self.stats["seconds"] += time.perf_counter() - start
+        self.stats["prefill_seconds"] += time.perf_counter() - start
         return cache
 
     def decode(self, input_ids: Any, attention: Any, cache: Any, options: dict[str, Any], *,
                ends: Collection[int], criteria: Any, chunk: int) -> list[list[int]]:
+        """``_decode_chunks``, timed into ``stats["decode_seconds"]``."""
+        start = time.perf_counter()
+        try:
+            return self._decode_chunks(input_ids, attention, cache, options, ends=ends, criteria=criteria,
+                                       chunk=chunk)
+        finally:
+            self.stats["decode_seconds"] += time.perf_counter() - start
+
+    def _decode_chunks(self, input_ids: Any, attention: Any, cache: Any, options: dict[str, Any], *,
+                       ends: Collection[int], criteria: Any, chunk: int) -> list[list[int]]:
         """``generate`` from a filled cache, ``chunk`` steps at a time: between chunks, rows that have
         ended (a token of ``ends``, or ``criteria``: a stop string) are left out of the cache and the batch
         (when the steps that saves outweigh copying the cache, about two steps' worth), so that the
@@ -220,6 +230,8 @@ class KVGeneration:
             output = self.lm.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, disable_compile=True,
                                       **{**options, "max_new_tokens": steps})
             new = output[:, ids.shape[1]:]
+            self.stats["decode_steps"] += new.shape[1]
+            self.stats["row_steps"] += new.shape[0] * new.shape[1]  # ended rows still in the batch included
             for row, tokens in zip(active, new.tolist(), strict=True):
                 if not ended[row]:
                     out[row].extend(tokens)

@@ -24,7 +24,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from pipelines.llm.base import ChatReply, ChatRequest, LLMError, OnReply, Usage, complete_one, cut_at_stop
-from pipelines.llm.generation import GenerationBackend, TransformersBackend
+from pipelines.llm.generation import GenerationBackend, TransformersBackend, generation_counters
 from pipelines.llm.kv_generation import KVGeneration, fits_static_cache
 from pipelines.llm.prefix_store import PrefixStore
 from pipelines.manifest import model_identity
@@ -257,11 +257,8 @@ class TransformersChatClient(LocalChatClient):
         self.prefix_store = PrefixStore(prefix_cache_mb << 20)
         self._store_owner: tuple[Any, ...] | None = None
         self._cacheable_for: tuple[Any, bool] | None = None
-        # prefix cache path: prompt positions computed before generate (anchors included), reused from
-        # the store, computed for first messages (anchors); seconds spent on them (and on anchors);
-        # batches and rows
-        self.prefill_stats: dict[str, float] = {"computed": 0, "reused": 0, "anchor": 0, "seconds": 0.0,
-                                                "anchor_seconds": 0.0, "batches": 0, "rows": 0}
+        # the prefix cache path's work (``generation_counters``): prefill before generate, then its decoding
+        self.prefill_stats: dict[str, float] = generation_counters()
 
     @classmethod
     def from_model(cls, lm: Any, tokenizer: Any, *, name: str, batch_size: int = 8,

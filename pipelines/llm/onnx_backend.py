@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.llm.base import LLMError
-from pipelines.llm.generation import ONNX, GenerationBackend
+from pipelines.llm.generation import ONNX, GenerationBackend, generation_counters
 from pipelines.llm.prefix_store import ANCHOR_MIN_TOKENS, PrefixStore
 
 TOP_K = 50  # sampling: transformers' default top_k
@@ -59,9 +59,8 @@ class OnnxBackend(GenerationBackend):
 
     ``ends``: token ids that end a row (end of text, padding); ``tokenizer``: decodes a row's last tokens to
     find stop strings; ``prefix_cache_mb``: the store of prompt states (0: nothing kept, every prompt computed
-    whole); ``threads``: ONNX Runtime's intra-op threads (0: torch's current setting). ``stats`` counts
-    prompt positions computed, reused from the store and computed for first messages (anchors), decode steps
-    and row-steps, and the seconds of prefill and decoding."""
+    whole); ``threads``: ONNX Runtime's intra-op threads (0: torch's current setting). ``stats``: its work
+    (``generation_counters``)."""
 
     name = ONNX
 
@@ -94,9 +93,7 @@ class OnnxBackend(GenerationBackend):
         self.ends = set(ends)
         self.tokenizer = tokenizer
         self.store = PrefixStore(prefix_cache_mb << 20)
-        self._stats: dict[str, float] = {"computed": 0, "reused": 0, "anchor": 0, "prefill_seconds": 0.0,
-                                         "decode_seconds": 0.0, "decode_steps": 0, "row_steps": 0, "batches": 0,
-                                         "rows": 0}
+        self._stats: dict[str, float] = generation_counters()
 
     @property
     def stats(self) -> dict[str, float]:
@@ -226,8 +223,10 @@ class OnnxBackend(GenerationBackend):
         first = next((b for b in bounds if b >= ANCHOR_MIN_TOKENS), None)
         if first is not None and cached < first < len(ids):
             # the first message (the system prompt) on its own, stored for every later prompt to share
+            anchor_start = time.perf_counter()
             self._prefill_row(kv, row, ids[cached:first], cached)
             self._stats["anchor"] += first - cached
+            self._stats["anchor_seconds"] += time.perf_counter() - anchor_start
             self._keep(kv, row, ids, first)
             cached = first
         return self._prefill_row(kv, row, ids[cached:], cached)
