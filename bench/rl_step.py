@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark of one GRPO step's rollouts: sampled rollouts with different seeds in one batch vs one at a time.
+"""Benchmark of one GRPO step's rollouts: seeds mixed in one batch vs one at a time, or LoRA merged vs unmerged.
 
 A GRPO step rolls out ``--generations`` samples of each of its ``--questions`` training questions at
 temperature ``--temperature``; each rollout carries its own seed (the step's seed + its sample number), as
@@ -16,6 +16,7 @@ noisy: absolute timings move with the load, ratios much less):
 
     .venv/bin/python bench/rl_step.py                          # 1 question x 4 samples, <= 128 tokens x 7 rounds
     .venv/bin/python bench/rl_step.py --questions 2 --repeat 5
+    .venv/bin/python bench/rl_step.py --compare merge --model base --max-new-tokens 64 --max-rounds 3
     .venv/bin/python bench/rl_step.py --toy --out /tmp/bench   # smoke test: a tiny random llama, seconds
 
 Everything else is RL's (``ToolRollouts.roll_out``): the questions are RL stage 3's own training sample
@@ -35,6 +36,18 @@ differ: tokens/s is the fair comparison. Every round uses the same step seed, so
 tokens in every round (checked: ``same_tokens_every_round``) and its best wall time is its best tokens/s.
 Target (PASS/MISS, never asserted): ours >= 2x the baseline's generated tokens/s.
 
+``--compare merge`` measures another change instead: the policy RL trains is a PEFT model, the model above with a
+new LoRA adapter on every linear layer of its blocks (``lora_config`` with ``rl.stage3``'s rank and alpha; its B
+matrices drawn at random, std 0.02, so that it acts as a trained adapter does). RL's transformers rollouts now run
+it with the adapters merged into the weights (``merged_adapter``):
+
+* ours: the step's rollouts inside ``merged_adapter(policy)`` (each linear layer one product);
+* baseline: the same policy unmerged (each linear layer its base product, the adapter's two small ones and PEFT's
+  Python around them: RL's rollouts before the change).
+
+The two use the same seeds and the same weights up to float rounding, so they sample the same tokens but where
+rounding flips a draw (``same_rollouts``). Target: ours >= 1.2x the baseline's generated tokens/s.
+
 See docs/benchmarks.md for the method and the results.
 """
 
@@ -46,7 +59,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,15 +94,20 @@ from pipelines.config import Params
 from pipelines.eval.runner import make_protocol
 from pipelines.layout import SFT_MODEL, model_dir
 from pipelines.llm.local import TransformersChatClient
+from pipelines.train.lora import lora_config, merged_adapter
 from pipelines.train.rl.data import rl_questions
 from pipelines.train.rl.rollouts import numbered_samples, rollout_seed
 
 log = logging.getLogger("bench.rl_step")
 
 STAGE = 3  # the questions and the seed are RL stage 3's
-TARGET_SPEEDUP = 2.0  # rollouts: ~15 s of a 20.8 s step before the change, 4 rollouts in one batch instead of 4
+# --compare seeds: rollouts were ~15 s of a 20.8 s step before the change, 4 rollouts in one batch instead of 4;
+# --compare merge: PEFT's adapter products and Python on each of the 210 linear layers of a decoding step
+TARGET_SPEEDUP = {"seeds": 2.0, "merge": 1.2}
 VARIANTS = ("baseline", "ours")
-LABELS = {"baseline": "baseline (a seed per batch)", "ours": "ours (seeds mixed)"}
+LABELS = {"seeds": {"baseline": "baseline (a seed per batch)", "ours": "ours (seeds mixed)"},
+          "merge": {"baseline": "baseline (LoRA unmerged)", "ours": "ours (LoRA merged)"}}
+LORA_B_STD = 0.02  # --compare merge: the adapter's B drawn at random (a new adapter's B is 0: no adapter at all)
 TOY = {"max_new_tokens": 8, "max_rounds": 2, "repeat": 1, "device": "cpu"}
 
 
@@ -130,6 +148,28 @@ def seeds_per_batch(client: Any, variant: str) -> Iterator[None]:
         vars(backend).pop("mixes_seeds", None)  # back to the class's value
 
 
+def variant_context(compare: str, client: Any, variant: str) -> Any:
+    """What a variant changes around its rollouts: the seeds' grouping, or (merge) the adapters merged for ours."""
+    if compare == "seeds":
+        return seeds_per_batch(client, variant)
+    return merged_adapter(client.lm) if variant == "ours" else nullcontext()
+
+
+def lora_policy(lm: Any, params: Params, seed: int) -> Any:
+    """The policy RL would train from ``lm``: a PEFT model with ``rl.stage3``'s LoRA on every linear layer of the
+    blocks, its B matrices drawn (std ``LORA_B_STD``) so that the adapters change the outputs, in eval mode."""
+    from peft import get_peft_model
+
+    stage = params.rl.stage3
+    policy = get_peft_model(lm, lora_config(lm, r=stage.lora_r, alpha=stage.lora_alpha, layers=stage.lora_layers))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * LORA_B_STD)
+    return policy.eval()
+
+
 # --------------------------------------------------------------------------------------------
 # Setup
 # --------------------------------------------------------------------------------------------
@@ -137,7 +177,8 @@ def seeds_per_batch(client: Any, variant: str) -> Iterator[None]:
 def build_parser() -> BenchParser:
     parser = BenchParser(
         "rl_step", description=__doc__.split("\n\n")[0],
-        epilog=f"Target (printed as PASS/MISS, never asserted): ours >= {TARGET_SPEEDUP:g}x the baseline's generated "
+        epilog=f"Target (printed as PASS/MISS, never asserted): ours >= {TARGET_SPEEDUP['seeds']:g}x (--compare merge: "
+               f"{TARGET_SPEEDUP['merge']:g}x) the baseline's generated "
                "tokens/s.\nResults: a table on stdout, every number in --out (bench/results/ is git-ignored).",
         toy=TOY, toy_note="the throw-away project's solar QA dataset (built in-process) and a tiny random llama as "
                           "the base model",
@@ -145,6 +186,10 @@ def build_parser() -> BenchParser:
                               "ratios' median reported too",
         seed=None, seed_help=f"RL's training seed: the step's seed is rollout_seed(seed, 0) (default: params "
                              f"rl.stage{STAGE}.seed)")
+    parser.add_argument("--compare", choices=("seeds", "merge"), default="seeds",
+                        help="seeds: a step's rollouts sampled together (ours) vs one seed per batch (baseline); "
+                             "merge: the LoRA policy RL trains generating with its adapters merged (ours) vs "
+                             "unmerged (baseline)")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="'sft' (artifacts/models/sft, the model stage 3 starts from), 'base' (params "
                              "agent.base_model), a transformers folder or a PEFT adapter folder (default: sft when "
@@ -207,7 +252,8 @@ def step_tasks(params: Params, questions: int, generations: int) -> list[Task]:
 
 def render(results: dict[str, Any]) -> str:
     setup = results["setup"]
-    out = [(f"rl_step: one GRPO step's rollouts: {setup['questions']} question(s) of RL stage {STAGE}'s training "
+    out = [(f"rl_step ({setup['compare']}): one GRPO step's rollouts: {setup['questions']} question(s) of RL stage "
+            f"{STAGE}'s training "
             f"sample x {setup['generations']} samples at temperature {setup['temperature']:g}, seeds "
             f"{setup['step_seed']} + sample; protocol {setup['protocol']} ({setup['mode']}), model {setup['model']}, "
             f"<= {setup['max_new_tokens']} new tokens x {setup['max_rounds']} rounds, in-process KG tools, client "
@@ -221,7 +267,7 @@ def render(results: dict[str, Any]) -> str:
     for variant in VARIANTS:
         m = results[variant]
         answered = f"{m['answered']}/{m['questions']}"
-        out.append(f"{LABELS[variant]:<28} {m['wall_s']:>8.2f} {m['generated_tokens']:>7} "
+        out.append(f"{LABELS[setup['compare']][variant]:<28} {m['wall_s']:>8.2f} {m['generated_tokens']:>7} "
                    f"{m['generated_tokens_per_s']:>9.1f} {m['turns']:>6} {answered:>8} "
                    f"{m['backend_generate_calls']:>8} {m['backend_generate_rows']:>5} {m['backend_max_rows']:>8} "
                    f"{(m.get('generate_share') or 0) * 100:>5.0f}%")
@@ -231,9 +277,12 @@ def render(results: dict[str, Any]) -> str:
         f"(per round: {', '.join(str(x) for x in results['speedups'])})",
         f"tokens/s ratio (ours / baseline): {results['throughput_ratio']}x best runs, median "
         f"{results['median_throughput_ratio']}x (per round: {', '.join(str(x) for x in results['throughput_ratios'])})",
-        ("the two sample different tokens (one generator for the batch vs one per seed): their token counts and "
-         "rounds differ, tokens/s is the fair comparison. generate/rows = the backend's generate calls and their "
-         "requests; in gen = share of the wall time inside the model's generate."),
+        (("the two sample different tokens (one generator for the batch vs one per seed): their token counts and "
+          "rounds differ, tokens/s is the fair comparison. " if setup["compare"] == "seeds" else
+          f"the same seeds and weights up to rounding: {results['same_rollouts']} of {setup['rollouts']} rollouts "
+          "the same in both (best runs). ")
+         + "generate/rows = the backend's generate calls and their requests; in gen = share of the wall time inside "
+           "the model's generate."),
         (f"distinct rollouts of a question: baseline {results['baseline']['distinct_rollouts']}, ours "
          f"{results['ours']['distinct_rollouts']} of {setup['rollouts']}; same tokens in every round: "
          + ", ".join(f"{v} {str(results['same_tokens_every_round'][v]).lower()}" for v in VARIANTS)),
@@ -261,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     tools = InProcessToolClient(toolbox)
     loaded = load_agent_model(model_spec(args.model, params), params)
     size = max(1, min(len(tasks), params.agent.batch_size))  # as ToolRollouts.roll_out
-    client = TransformersChatClient.from_model(loaded.lm, loaded.tokenizer, name=loaded.model, batch_size=size,
+    lm = lora_policy(loaded.lm, params, stage_seed) if args.compare == "merge" else loaded.lm
+    client = TransformersChatClient.from_model(lm, loaded.tokenizer, name=loaded.model, batch_size=size,
                                                prefix_cache_mb=params.agent.prefix_cache_mb)
     calls = GenerateCalls(client.backend)
     recorder = GenerateRecorder(client.lm, client)
@@ -279,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = RolloutEngine(client, protocol, tools, rollout.model_copy(
         update={"max_new_tokens": min(8, args.max_new_tokens)}), name="warm-up")
     for variant in VARIANTS:
-        with seeds_per_batch(client, variant):
+        with variant_context(args.compare, client, variant):
             warm.run(tasks, progress=False)
     log.info("warm-up in %.1f s", time.perf_counter() - t0)
 
@@ -292,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("  round %d of %d", index + 1, args.repeat)
         for variant in VARIANTS:
             calls.reset()
-            with seeds_per_batch(client, variant):
+            with variant_context(args.compare, client, variant):
                 trajectories, m = timed_run(variant, engine, tasks, recorder, progress)  # empties the prefix store
             m.update(calls.record())
             signature_ = tuple(signature(t) for t in trajectories)
@@ -301,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             signatures[variant].append(signature_)
 
     best = {v: best_of(runs[v]) for v in VARIANTS}
+    kept = {v: signatures[v][min(range(len(runs[v])), key=lambda i, v=v: runs[v][i]["wall_s"])]
+            for v in VARIANTS}  # the best (fastest) run's rollouts, as best_of picks it
 
     def median(values: list[float | None]) -> float | None:
         known = [x for x in values if x is not None]
@@ -316,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {**machine_info(), "load_average_at_start": load_start, "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads(), "cuda_available": torch.cuda.is_available()},
         "args": args_record(args),
-        "setup": {"questions": args.questions, "generations": args.generations, "rollouts": len(tasks),
+        "setup": {"compare": args.compare, "questions": args.questions, "generations": args.generations,
+                  "rollouts": len(tasks),
                   "qa_ids": sorted({t.qa_id for t in tasks}), "question_choice": f"rl_questions(params, {STAGE})",
                   "temperature": args.temperature, "stage_seed": stage_seed, "step_seed": step_seed,
                   "protocol": protocol.name, "mode": protocol.mode, "model": client.model,
@@ -330,13 +383,17 @@ def main(argv: list[str] | None = None) -> int:
         "speedups": speedups, "median_speedup": median(speedups),
         "throughput_ratios": throughputs, "median_throughput_ratio": median(throughputs),
         "same_tokens_every_round": {v: len(set(signatures[v])) == 1 for v in VARIANTS},
-        "note": "the two variants sample different tokens (one generator for the batch vs one per seed): token "
-                "counts and rounds differ; tokens/s is the fair comparison",
+        "same_rollouts": sum(a == b for a, b in zip(kept["baseline"], kept["ours"], strict=True)),
+        "note": ("the two variants sample different tokens (one generator for the batch vs one per seed): token "
+                 "counts and rounds differ; tokens/s is the fair comparison" if args.compare == "seeds" else
+                 "the same seeds, the weights equal up to rounding: same_rollouts counts the rollouts both sampled "
+                 "alike"),
     }
     results["machine"]["load_average_at_end"] = load_average()
-    results["targets"] = [{"target": f"ours >= {TARGET_SPEEDUP:g}x the baseline's generated tokens/s",
+    target = TARGET_SPEEDUP[args.compare]
+    results["targets"] = [{"target": f"ours >= {target:g}x the baseline's generated tokens/s",
                            "value": throughput or 0.0, "unit": "x",
-                           "pass": None if throughput is None else throughput >= TARGET_SPEEDUP}]
+                           "pass": None if throughput is None else throughput >= target}]
     log.info("ours %.2f s vs baseline %.2f s per step: %sx; tokens/s %sx", best["ours"]["wall_s"],
              best["baseline"]["wall_s"], results["speedup"], throughput)
     write_results(results, render(results), args.out, started)

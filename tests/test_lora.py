@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from pipelines.errors import ConfigError
-from pipelines.train.lora import adapted_blocks, block_linear_names, cut_gradient_below, decoder_blocks, lora_config
+from pipelines.train.lora import (
+    adapted_blocks,
+    block_linear_names,
+    cut_gradient_below,
+    decoder_blocks,
+    lora_config,
+    merged_adapter,
+)
 from tests.model_support import build_tiny_llama
 
 
@@ -110,3 +117,31 @@ def test_the_cut_leaves_generation_alone(tiny: Path) -> None:
         assert torch.equal(model.generate(input_ids=ids, max_new_tokens=5, do_sample=False),
                            plain.generate(input_ids=ids, max_new_tokens=5, do_sample=False))
     assert cut_gradient_below(model, None) is None  # every block adapted: nothing to cut
+
+
+def test_rollouts_generate_from_merged_adapters_and_leave_the_weights_as_they_were(tiny: Path) -> None:
+    """RL's transformers rollouts run the policy with its adapters merged (``merged_adapter``): the same greedy
+    tokens as the unmerged policy, the adapters back in place afterwards, the base weights unchanged up to rounding."""
+    model = _peft_model(tiny, None, cut=False, input_grads=False).eval()
+    prompt = torch.tensor([[5, 17, 42, 8, 99, 3]])
+    base = {name: p.detach().clone() for name, p in model.named_parameters() if "base_layer" in name}
+    options = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
+    with torch.no_grad():
+        unmerged = model.generate(input_ids=prompt, **options)
+        with merged_adapter(model) as merged:
+            assert merged and all(m.merged for m in model.modules() if hasattr(m, "lora_A"))
+            changed = {name for name, p in model.named_parameters() if "base_layer" in name
+                       and not torch.equal(p, base[name])}
+            from_merged = model.generate(input_ids=prompt, **options)
+            with merged_adapter(model) as again:  # nested: already merged, left alone
+                assert not again
+        assert changed  # the adapters were folded into the base weights
+        assert torch.equal(from_merged, unmerged)
+        assert not any(m.merged for m in model.modules() if hasattr(m, "lora_A"))
+        after = dict(model.named_parameters())
+        assert max(float((after[name] - w).abs().max()) for name, w in base.items()) < 1e-6
+        assert torch.equal(model.generate(input_ids=prompt, **options), unmerged)
+    from transformers import AutoModelForCausalLM
+
+    with merged_adapter(AutoModelForCausalLM.from_pretrained(tiny)) as merged:  # no adapters: nothing to merge
+        assert not merged

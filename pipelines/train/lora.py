@@ -14,6 +14,8 @@ side only (on a tied LM head the same rows serve the input side, so the input st
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from pipelines.errors import ConfigError
@@ -91,3 +93,22 @@ def cut_gradient_below(model: Any, layers: int | None) -> Any:
     if first == 0:
         return None
     return blocks[first].register_forward_pre_hook(_cut, with_kwargs=True)
+
+
+@contextlib.contextmanager
+def merged_adapter(model: Any) -> Iterator[bool]:
+    """Inside the block, a PEFT model's LoRA adapters are merged into its weights (``W + scale * B A``), so that
+    generation runs each linear layer once instead of the base layer plus the adapter's two small products and
+    PEFT's Python around them; on leaving, they are unmerged (the base weights again, up to float rounding: TRL
+    merges and unmerges the same way to hand a PEFT policy's weights to vLLM). Yields False, and does nothing, for
+    a model without adapters or one already merged. Only for forward passes without gradients: the adapters'
+    own parameters receive no gradient through merged weights."""
+    merge = getattr(model, "merge_adapter", None)
+    merged = callable(merge) and not any(getattr(module, "merged", False) for module in model.modules())
+    if merged:
+        merge()
+    try:
+        yield merged
+    finally:
+        if merged:
+            model.unmerge_adapter()

@@ -20,6 +20,7 @@ from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import RLStageParams
 from pipelines.eval.metrics import graph_name_misses
+from pipelines.train.lora import merged_adapter
 from pipelines.train.rl.episodes import encode_trajectory
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,10 @@ class ToolRollouts:
         was_training = model.training
         model.eval()
         try:
-            return engine.run(tasks, progress=False)
+            if self.backend in ("onnx", "vllm"):
+                return engine.run(tasks, progress=False)
+            with merged_adapter(model):  # the policy's own weights, each linear layer run once
+                return engine.run(tasks, progress=False)
         finally:
             model.train(was_training)
 
