@@ -286,6 +286,7 @@ def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: P
     assert after != before
     fast_rollouts.calls = lazy_rollouts.calls = 1  # one rollout call (optimizer step) later
     assert signatures(fast_rollouts) == after and len(fast_rollouts.syncs) == 2  # synced every step
+    assert fast_rollouts._refresh is not None  # noqa: SLF001 - the second sync rewrote the adapted layers only
     assert signatures(lazy_rollouts) == before and len(lazy_rollouts.syncs) == 1  # every 2: still the old copy
     lazy_rollouts.calls = 2
     assert signatures(lazy_rollouts) == after and len(lazy_rollouts.syncs) == 2

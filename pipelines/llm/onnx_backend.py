@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,14 @@ class OnnxBackend(GenerationBackend):
 
     ``ends``: token ids that end a row (end of text, padding); ``tokenizer``: decodes a row's last tokens to
     find stop strings; ``prefix_cache_mb``: the store of prompt states (0: nothing kept, every prompt computed
-    whole); ``threads``: ONNX Runtime's intra-op threads (0: torch's current setting). ``stats``: its work
+    whole); ``threads``: ONNX Runtime's intra-op threads (0: torch's current setting); ``initializers``: arrays
+    that replace the graph's initializers of the same names (``onnx_weights.WeightRefresh``). ``stats``: its work
     (``generation_counters``)."""
 
     name = ONNX
 
     def __init__(self, folder: str | Path, *, ends: set[int], tokenizer: Any, prefix_cache_mb: int = 512,
-                 threads: int = 0) -> None:
+                 threads: int = 0, initializers: Mapping[str, np.ndarray] | None = None) -> None:
         import onnxruntime as ort
 
         self.folder = Path(folder)
@@ -86,6 +87,12 @@ class OnnxBackend(GenerationBackend):
         options = ort.SessionOptions()
         options.intra_op_num_threads = _threads(threads)
         options.inter_op_num_threads = 1
+        # weights that replace the file's (an RL policy's adapted layers, ``onnx_weights``): ONNX Runtime uses these
+        # arrays in place of deserialising those initializers, for as long as they live (kept here)
+        self._initializers = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+                              for array in (initializers or {}).values()]
+        for name, value in zip(initializers or {}, self._initializers, strict=True):
+            options.add_initializer(name, value)
         self.session = ort.InferenceSession(str(self.folder / decoder["filename"]), options,
                                             providers=["CPUExecutionProvider"])
         kv_type = next(i.type for i in self.session.get_inputs() if i.name == self._past[0][0])
@@ -246,9 +253,10 @@ class OnnxBackend(GenerationBackend):
 
 
 def onnx_chat_client(folder: str | Path, *, model: str, batch_size: int = 8, prefix_cache_mb: int = 512,
-                     threads: int = 0) -> Any:
+                     threads: int = 0, initializers: Mapping[str, np.ndarray] | None = None) -> Any:
     """A ``LocalChatClient`` generating with ``OnnxBackend`` from an ONNX folder (``onnx_export``), with the
-    tokenizer and generation config stored beside the graph; ``model`` names it in replies and cache keys."""
+    tokenizer and generation config stored beside the graph; ``model`` names it in replies and cache keys;
+    ``initializers`` replace the graph's weights of those names."""
     from transformers import AutoTokenizer, GenerationConfig
 
     from pipelines.llm.local import LocalChatClient
@@ -261,5 +269,6 @@ def onnx_chat_client(folder: str | Path, *, model: str, batch_size: int = 8, pre
         eos = {*([found] if isinstance(found, int) else (found or []))}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ends = (eos | {tokenizer.eos_token_id, pad}) - {None}
-    backend = OnnxBackend(folder, ends=ends, tokenizer=tokenizer, prefix_cache_mb=prefix_cache_mb, threads=threads)
+    backend = OnnxBackend(folder, ends=ends, tokenizer=tokenizer, prefix_cache_mb=prefix_cache_mb, threads=threads,
+                          initializers=initializers)
     return LocalChatClient(folder, tokenizer, backend, model=model, batch_size=batch_size, eos=eos)

@@ -49,6 +49,7 @@ class ToolRollouts:
     _fast: Any = None  # onnx: the client of the last synced copy, its folder and the call it was synced at
     _fast_dir: Path | None = None
     _synced_at: int = -1
+    _refresh: Any = None  # onnx: the adapted layers' initializers in the first converted graph (WeightRefresh)
     vllm: Any = None  # vllm: the trainer's VLLMGeneration (TRL syncs its weights), kept by ``attach``
 
     def task_for(self, prompt: list[dict[str, str]]) -> Task:
@@ -93,16 +94,38 @@ class ToolRollouts:
 
     def synced_client(self, model: Any) -> Any:
         """The onnx backend's client for the policy's weights: re-made every ``sync_every`` rollout calls (and at
-        the first) by merging the LoRA adapter into a copy of the policy, converting it (``onnx_export``) and
-        loading the session; its seconds go to ``syncs`` and the log. In between, rollouts come from the last
-        synced copy (up to ``sync_every - 1`` optimizer steps behind; the trainer recomputes every log-probability
-        with the training model either way)."""
+        the first): at the first by merging the LoRA adapter into a copy of the policy, converting it
+        (``onnx_export``) and loading the session, later by loading the same graph with the adapted layers'
+        weights rewritten (``onnx_weights``); its seconds go to ``syncs`` and the log. In between, rollouts come
+        from the last synced copy (up to ``sync_every - 1`` optimizer steps behind; the trainer recomputes every
+        log-probability with the training model either way)."""
         if self._fast is not None and self.calls - self._synced_at < self.sync_every:
             return self._fast
         from pipelines.llm.onnx_backend import onnx_chat_client
-        from pipelines.llm.onnx_export import convert_folder, save_merged
 
         start = time.perf_counter()
+        name = f"policy-onnx-{self.onnx_precision}"
+        if self._refresh is not None and self._fast_dir is not None:  # the adapted layers' weights only
+            self._fast = None  # the old session goes before the new one loads
+            self._fast = onnx_chat_client(self._fast_dir / "onnx", model=name, prefix_cache_mb=self.prefix_cache_mb,
+                                          initializers=self._refresh.initializers())
+            how = f"{len(self._refresh.targets)} adapted layers rewritten"
+        else:
+            self._convert(model, name)
+            how = "converted in full"
+        self._synced_at = self.calls
+        self.syncs.append(time.perf_counter() - start)
+        log.info("policy weights synced to the onnx backend in %.1f s (rollout call %d, %s)", self.syncs[-1],
+                 self.calls, how)
+        return self._fast
+
+    def _convert(self, model: Any, name: str) -> None:
+        """The first sync: the LoRA merged into a copy of the policy, converted (``onnx_export``) and loaded; then
+        ``WeightRefresh`` finds the graph's initializers of the adapted layers, which later syncs rewrite."""
+        from pipelines.llm.onnx_backend import onnx_chat_client
+        from pipelines.llm.onnx_export import convert_folder, save_merged
+        from pipelines.llm.onnx_weights import WeightRefresh
+
         self.close()
         folder = Path(tempfile.mkdtemp(prefix="omne-policy-onnx-"))
         try:
@@ -110,15 +133,14 @@ class ToolRollouts:
             (folder / "onnx").mkdir()
             convert_folder(folder / "merged", folder / "onnx", precision=self.onnx_precision)
             shutil.rmtree(folder / "merged")
-            self._fast = onnx_chat_client(folder / "onnx", model=f"policy-onnx-{self.onnx_precision}",
-                                          prefix_cache_mb=self.prefix_cache_mb)
+            self._fast = onnx_chat_client(folder / "onnx", model=name, prefix_cache_mb=self.prefix_cache_mb)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        self._fast_dir, self._synced_at = folder, self.calls
-        self.syncs.append(time.perf_counter() - start)
-        log.info("policy weights synced to the onnx backend in %.1f s (rollout call %d)", self.syncs[-1], self.calls)
-        return self._fast
+        self._fast_dir = folder
+        self._refresh = WeightRefresh.for_policy(model, folder / "onnx" / "model.onnx", self.onnx_precision)
+        if self._refresh is None:
+            log.info("onnx sync: no adapted layers found in the graph's layout; every sync converts in full")
 
     def attach(self, trainer: Any) -> None:
         """Keep the trainer's vLLM engine (backend vllm; TRL made it with ``use_vllm``): the validation callback rolls
@@ -128,7 +150,7 @@ class ToolRollouts:
 
     def close(self) -> None:
         """Drop the onnx copy of the policy (its session and folder)."""
-        self._fast = None
+        self._fast = self._refresh = None
         if self._fast_dir is not None:
             shutil.rmtree(self._fast_dir, ignore_errors=True)
             self._fast_dir = None
