@@ -246,7 +246,8 @@ def test_rollouts_with_the_onnx_agent_backend_equal_transformers(tiny_llama: Pat
     shutil.rmtree(params.artifacts_dir / "models" / "onnx")
 
 
-def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: Path, toolbox) -> None:  # noqa: ANN001
+def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: Path, onnx_folder: Path,
+                                                                   toolbox) -> None:  # noqa: ANN001
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -270,6 +271,11 @@ def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: P
     reference_rollouts = ToolRollouts(**common)
     fast_rollouts = ToolRollouts(**common, backend="onnx", sync_every=1)
     lazy_rollouts = ToolRollouts(**common, backend="onnx", sync_every=2)
+    # from the start model's converted artifact (what evaluation made): no conversion at all, its files untouched
+    from pipelines.manifest import sha256_file
+
+    artifact = {name: sha256_file(onnx_folder / name) for name in ("model.onnx", "model.onnx.data")}
+    started = ToolRollouts(**common, backend="onnx", start_onnx=lambda: onnx_folder)
 
     def signatures(rollouts: ToolRollouts) -> list[Any]:
         return [(t.messages, t.generated_tokens, t.finish)
@@ -277,6 +283,7 @@ def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: P
 
     before = signatures(reference_rollouts)
     assert signatures(fast_rollouts) == before and signatures(lazy_rollouts) == before  # the merged LoRA, converted
+    assert signatures(started) == before and started._graph == onnx_folder  # noqa: SLF001 - its layers rewritten
     assert len(fast_rollouts.syncs) == len(lazy_rollouts.syncs) == 1 and fast_rollouts.syncs[0] > 0
     with torch.no_grad():  # an optimizer step (in place, on the adapter)
         for name, weight in policy.named_parameters():
@@ -288,6 +295,10 @@ def test_rl_rollouts_from_the_onnx_backend_sync_the_policy_weights(tiny_llama: P
     assert signatures(fast_rollouts) == after and len(fast_rollouts.syncs) == 2  # synced every step
     assert fast_rollouts._refresh is not None  # noqa: SLF001 - the second sync rewrote the adapted layers only
     assert signatures(lazy_rollouts) == before and len(lazy_rollouts.syncs) == 1  # every 2: still the old copy
+    started.calls = 1
+    assert signatures(started) == after and len(started.syncs) == 2
+    started.close()
+    assert {name: sha256_file(onnx_folder / name) for name in artifact} == artifact  # read, never written
     lazy_rollouts.calls = 2
     assert signatures(lazy_rollouts) == after and len(lazy_rollouts.syncs) == 2
     folder = fast_rollouts._fast_dir  # noqa: SLF001

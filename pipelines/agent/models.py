@@ -73,9 +73,19 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
 
 def onnx_agent_client(folder: Path, params: Params, *, name: str | None = None) -> ChatClient:
     """A client generating with ONNX Runtime (``agent.backend: onnx``) from the model folder's converted copy
-    (``onnx_export.export_onnx``: converted once per model identity and ``agent.onnx_precision``, an adapter
-    merged into its base first). Named ``<identity>-onnx-<precision>`` in trajectories and cache keys."""
+    (``onnx_agent_folder``). Named ``<identity>-onnx-<precision>`` in trajectories and cache keys."""
     from pipelines.llm.onnx_backend import onnx_chat_client
+    from pipelines.manifest import model_identity
+
+    return onnx_chat_client(onnx_agent_folder(folder, params),
+                            model=name or f"{model_identity(folder)}-onnx-{params.agent.onnx_precision}",
+                            batch_size=params.agent.batch_size, prefix_cache_mb=params.agent.prefix_cache_mb)
+
+
+def onnx_agent_folder(folder: Path, params: Params) -> Path:
+    """The model folder's converted copy for ONNX Runtime (``onnx_export.export_onnx``: converted once per model
+    identity and ``agent.onnx_precision``, an adapter merged into its base first): what evaluation generates from,
+    and what RL's onnx rollouts start from."""
     from pipelines.llm.onnx_export import export_onnx, save_merged
     from pipelines.manifest import model_identity, relative_path
 
@@ -89,7 +99,5 @@ def onnx_agent_client(folder: Path, params: Params, *, name: str | None = None) 
             model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
             save_merged(model, tokenizer, out)
 
-    onnx = export_onnx(identity, source, params.artifacts_dir, precision=precision,
+    return export_onnx(identity, source, params.artifacts_dir, precision=precision,
                        source_name=relative_path(folder, params.root))
-    return onnx_chat_client(onnx, model=name or f"{identity}-onnx-{precision}", batch_size=params.agent.batch_size,
-                            prefix_cache_mb=params.agent.prefix_cache_mb)

@@ -93,6 +93,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from trl import GRPOConfig
 
     from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.models import onnx_agent_folder
     from pipelines.agent.tools import KGToolbox
     from pipelines.atomic import atomic_directory
     from pipelines.eval.runner import load_gold_paths, make_protocol
@@ -157,7 +158,8 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
                             tasks=tasks, max_length=settings.max_length, prefix_cache_mb=params.agent.prefix_cache_mb,
                             batch_size=params.agent.batch_size, backend=backend,
                             onnx_precision=params.agent.onnx_precision, sync_every=settings.sync_every,
-                            max_same_call=params.agent.max_same_call)
+                            max_same_call=params.agent.max_same_call,
+                            start_onnx=lambda: onnx_agent_folder(start_folder, params))
     rollouts_per_step = settings.questions_per_step * settings.num_generations
     micro = micro_batch_size(rollouts_per_step, settings.micro_batch)
     config = GRPOConfig(

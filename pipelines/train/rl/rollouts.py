@@ -12,6 +12,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,11 @@ class ToolRollouts:
     _fast: Any = None  # onnx: the client of the last synced copy, its folder and the call it was synced at
     _fast_dir: Path | None = None
     _synced_at: int = -1
-    _refresh: Any = None  # onnx: the adapted layers' initializers in the first converted graph (WeightRefresh)
+    # onnx: the converted start model (a function returning its folder: ``models.onnx_agent_folder``, the cached
+    # artifact evaluation uses); when its graph holds the policy's adapted layers, every sync rewrites just those
+    start_onnx: Callable[[], Path] | None = None
+    _refresh: Any = None  # onnx: the adapted layers' initializers in the graph synced into (WeightRefresh)
+    _graph: Path | None = None  # onnx: that graph's folder (the start model's artifact, or a conversion of ours)
     vllm: Any = None  # vllm: the trainer's VLLMGeneration (TRL syncs its weights), kept by ``attach``
 
     def task_for(self, prompt: list[dict[str, str]]) -> Task:
@@ -105,11 +110,17 @@ class ToolRollouts:
 
         start = time.perf_counter()
         name = f"policy-onnx-{self.onnx_precision}"
-        if self._refresh is not None and self._fast_dir is not None:  # the adapted layers' weights only
+        if not self.syncs and self.start_onnx is not None:  # the first: the start model's converted copy, if it fits
+            from pipelines.llm.onnx_weights import WeightRefresh
+
+            graph = self.start_onnx()
+            self._refresh = WeightRefresh.for_policy(model, graph / "model.onnx", self.onnx_precision)
+            self._graph = graph if self._refresh is not None else None
+        if self._refresh is not None and self._graph is not None:  # the adapted layers' weights only
             self._fast = None  # the old session goes before the new one loads
-            self._fast = onnx_chat_client(self._fast_dir / "onnx", model=name, prefix_cache_mb=self.prefix_cache_mb,
+            self._fast = onnx_chat_client(self._graph, model=name, prefix_cache_mb=self.prefix_cache_mb,
                                           initializers=self._refresh.initializers())
-            how = f"{len(self._refresh.targets)} adapted layers rewritten"
+            how = f"{len(self._refresh.targets)} adapted layers rewritten into {self._graph.name}"
         else:
             self._convert(model, name)
             how = "converted in full"
@@ -137,7 +148,7 @@ class ToolRollouts:
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        self._fast_dir = folder
+        self._fast_dir, self._graph = folder, folder / "onnx"
         self._refresh = WeightRefresh.for_policy(model, folder / "onnx" / "model.onnx", self.onnx_precision)
         if self._refresh is None:
             log.info("onnx sync: no adapted layers found in the graph's layout; every sync converts in full")
@@ -149,8 +160,8 @@ class ToolRollouts:
             self.vllm = trainer.vllm_generation
 
     def close(self) -> None:
-        """Drop the onnx copy of the policy (its session and folder)."""
-        self._fast = self._refresh = None
+        """Drop the onnx copy of the policy (its session, and the folder when this converted it)."""
+        self._fast = self._refresh = self._graph = None
         if self._fast_dir is not None:
             shutil.rmtree(self._fast_dir, ignore_errors=True)
             self._fast_dir = None
