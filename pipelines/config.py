@@ -350,12 +350,12 @@ class RLStageParams(DomainSelection):
     # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
     # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
     micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
-    # who generates the rollouts; None: agent.backend. Stage 1's rollouts are short (3 rounds of 64 tokens) and the
-    # onnx weight sync (~13 s) costs what its faster generation saves; stage 3 (7 rounds of 128) uses onnx (docs/rl.md)
+    # who generates the rollouts; None: agent.backend. The quick stages use onnx (the start model's converted copy,
+    # its LoRA layers rewritten every sync: docs/rl.md); transformers is the reference
     # vllm: TRL's own vLLM engine, on a CUDA GPU machine only (docs/rl.md, "vLLM (GPU)")
     backend: Literal["transformers", "onnx", "vllm"] | None = "transformers"
     # backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
-    # (LoRA merged into a copy, converted, loaded; the sync time is logged as rollout/sync_s)
+    # (each LoRA layer's merged weight written into the graph; the sync time is logged as rollout/sync_s)
     sync_every: int = Field(1, ge=1)
     # backend vllm: server (a `trl vllm-serve --model <start model>` process at vllm_server_base_url) | colocate
     # (vLLM inside the training process, sharing its GPU); TRL pushes the policy's weights before each step's rollouts
@@ -387,7 +387,7 @@ class RLStageParams(DomainSelection):
 
 
 class RLParams(_Section):
-    stage1: RLStageParams = RLStageParams()
+    stage1: RLStageParams = RLStageParams(backend="onnx")
     # stage 3 on the quick profile: omne_stage3 alone pays half its maximum for a well-formed answer right after
     # entity_matcher, and a policy learns to answer the start entity; eog's gold-path coverage of the thinking
     # (from step 0) pays for the walk (docs/results.md, "Stages 1 and 3: RL")

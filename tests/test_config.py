@@ -393,11 +393,11 @@ def test_unset_domain_selections_stay_out_of_the_fingerprints_and_set_ones_go_in
 
 
 def test_the_backends_follow_the_machine_each_profile_is_for() -> None:
-    """The quick profile (a CPU) generates evaluation and stage-3 rollouts with int8 ONNX Runtime and stage 1's with the
-    policy itself; the paper profile (a GPU) generates everything with the model itself, never on the CPU's ONNX."""
+    """The quick profile (a CPU) generates evaluation and both RL stages' rollouts with int8 ONNX Runtime; the paper
+    profile (a GPU) generates everything with the model itself, never on the CPU's ONNX."""
     quick, paper = load_params(PROJECT_ROOT / "params.yaml"), load_params(PROJECT_ROOT / "params.yaml", profile="paper")
     assert (quick.agent.backend, quick.agent.onnx_precision) == ("onnx", "int8")
     assert (quick.rl.stage1.rollout_backend(quick.agent), quick.rl.stage3.rollout_backend(quick.agent)) == \
-        ("transformers", "onnx")
+        ("onnx", "onnx")
     assert {paper.agent.backend, paper.rl.stage1.rollout_backend(paper.agent),
             paper.rl.stage3.rollout_backend(paper.agent)} == {"transformers"}

@@ -111,7 +111,8 @@ def test_gae_with_lambda_one_is_return_minus_value_on_model_tokens() -> None:
 
 def _tiny_params(solar_qa: Params, tiny: Path, **stage: object) -> Params:
     settings = dict(num_generations=2, questions_per_step=1, max_steps=2, max_new_tokens=12, max_rounds=2,
-                    max_questions=4, val_questions=1, eval_every=1, learning_rate=1e-3)
+                    max_questions=4, val_questions=1, eval_every=1, learning_rate=1e-3,
+                    backend="transformers")  # the reference path (tests script its client); onnx: its own tests
     settings.update(stage)
     rl = solar_qa.rl.model_copy(update={"stage1": solar_qa.rl.stage1.model_copy(update=settings)})
     agent = solar_qa.agent.model_copy(update={"base_model": str(tiny), "device": "cpu"})
