@@ -1,12 +1,12 @@
 """A converted ONNX copy of the RL policy brought up to date without converting it again.
 
 RL's onnx rollouts (``rl.<stage>.backend: onnx``) need the policy's current weights in the ONNX graph after every
-optimizer step. Only the LoRA-adapted linear layers change (the embeddings, norms and LM head are frozen), so after
-the first full conversion (``onnx_export.convert_folder``) a sync writes just those layers: each adapted layer's
-merged weight (``W + scale * B A``, PEFT's ``get_delta_weight``) in the layout the model builder wrote for it, handed
-to ONNX Runtime as initializers that replace the file's (``SessionOptions.add_initializer``) when the session of the
-same graph is made again. The full sync (copy and merge the policy, save it, run the builder in a child process,
-load) took 12-15 s of each stage-3 step on 2 cores.
+optimizer step. Only the LoRA-adapted linear layers change (the embeddings, norms and LM head are frozen), so a sync
+loads a graph already converted from the same start model (its evaluation's artifact, or one full conversion) and
+writes just those layers: each adapted layer's merged weight (``W + scale * B A``, PEFT's ``get_delta_weight``) in
+the layout the model builder wrote for it, handed to ONNX Runtime as initializers that replace the file's
+(``SessionOptions.add_initializer``). The full sync (copy and merge the policy, save it, run the builder in a child
+process, load) took 12-16 s of each stage-3 step on 2 cores.
 
 Layouts, as onnxruntime-genai's builder writes a llama-style block (checked against the graph, else None and the
 caller converts in full):
@@ -67,7 +67,7 @@ class WeightRefresh:
 
     def __init__(self, precision: str, targets: dict[str, list[tuple[str, Any]]], shapes: dict[str, tuple]) -> None:
         self.precision = precision
-        self.targets = targets  # ONNX MatMul name -> [(HF module name, LoRA module)] in output-axis order
+        self.targets = targets  # ONNX MatMul name -> [(projection, its LoRA module)] in output-axis order
         self.shapes = shapes  # initializer name -> its shape in the graph
 
     @classmethod

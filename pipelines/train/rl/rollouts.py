@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,20 +91,19 @@ class ToolRollouts:
         was_training = model.training
         model.eval()
         try:
-            if self.backend in ("onnx", "vllm"):
-                return engine.run(tasks, progress=False)
-            with merged_adapter(model):  # the policy's own weights, each linear layer run once
+            # transformers: the policy itself generates, its LoRA merged (each linear layer run once)
+            with merged_adapter(model) if self.backend == "transformers" else nullcontext():
                 return engine.run(tasks, progress=False)
         finally:
             model.train(was_training)
 
     def synced_client(self, model: Any) -> Any:
         """The onnx backend's client for the policy's weights: re-made every ``sync_every`` rollout calls (and at
-        the first): at the first by merging the LoRA adapter into a copy of the policy, converting it
-        (``onnx_export``) and loading the session, later by loading the same graph with the adapted layers'
-        weights rewritten (``onnx_weights``); its seconds go to ``syncs`` and the log. In between, rollouts come
-        from the last synced copy (up to ``sync_every - 1`` optimizer steps behind; the trainer recomputes every
-        log-probability with the training model either way)."""
+        the first) by loading a graph with the adapted layers' current weights written in (``onnx_weights``): the
+        start model's converted artifact (``start_onnx``), or where its graph does not hold those layers, a
+        conversion of the policy made here (``_convert``). Its seconds go to ``syncs`` and the log. In between,
+        rollouts come from the last synced copy (up to ``sync_every - 1`` optimizer steps behind; the trainer
+        recomputes every log-probability with the training model either way)."""
         if self._fast is not None and self.calls - self._synced_at < self.sync_every:
             return self._fast
         from pipelines.llm.onnx_backend import onnx_chat_client
@@ -131,8 +131,9 @@ class ToolRollouts:
         return self._fast
 
     def _convert(self, model: Any, name: str) -> None:
-        """The first sync: the LoRA merged into a copy of the policy, converted (``onnx_export``) and loaded; then
-        ``WeightRefresh`` finds the graph's initializers of the adapted layers, which later syncs rewrite."""
+        """A sync without a usable graph (no ``start_onnx``, or its graph does not hold the adapted layers): the LoRA
+        merged into a copy of the policy, converted (``onnx_export``) and loaded; then ``WeightRefresh`` finds the
+        new graph's initializers of the adapted layers, which later syncs rewrite (else each converts again)."""
         from pipelines.llm.onnx_backend import onnx_chat_client
         from pipelines.llm.onnx_export import convert_folder, save_merged
         from pipelines.llm.onnx_weights import WeightRefresh
