@@ -28,7 +28,8 @@ TIMEOUT_S = 420
 WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
-           "sft_precision", "sft_packing", "sft_lm_head", "sft_lora_layers", "graph_names", "rl_step", "eval_slots", "node_info_order"]
+           "sft_precision", "sft_packing", "sft_lm_head", "sft_lora_layers", "graph_names", "rl_step", "eval_slots", "node_info_order",
+           "onnx_quant"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -251,6 +252,15 @@ def check_sft_lora_layers(results: dict[str, Any]) -> list[str]:
     return ["result.median_speedup", "result.summary.last.s_per_step", "result.summary.every.s_per_step"]
 
 
+def check_onnx_quant(results: dict[str, Any]) -> list[str]:
+    assert results["variants"] == ["int8", "fp32", "int8-dynamic", "int8-dynamic-partial"]
+    greedy = results["greedy"]
+    assert greedy["prompts"] == 4 and greedy["equal"]["fp32"] == 4  # fp32 against itself
+    assert all(0 <= greedy["equal"][n] <= 4 for n in results["variants"])
+    assert all(row["speedup"]["int8"] == 1.0 for row in results["forwards"].values())  # the baseline against itself
+    return [f"forwards.{key}.ms.{n}" for key in results["forwards"] for n in results["variants"]]
+
+
 def check_orchestration(results: dict[str, Any]) -> list[str]:
     stages = ["knowledge_graph", "entity_index", "seed_subgraphs", "qa_pairs", "gold_paths", "qa_dataset"]
     assert list(results["stages"]) == stages
@@ -309,7 +319,8 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "kg_build": check_kg_build, "tools": check_tools, "qa": check_qa, "rollout": check_rollout,
     "rl_curve": check_rl_curve, "rl_step": check_rl_step, "eval_slots": check_eval_slots, "sft": check_sft,
     "sft_precision": check_sft_precision, "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head, "sft_lora_layers": check_sft_lora_layers,
-    "orchestration": check_orchestration, "reliability": check_reliability, "node_info_order": check_node_info_order}
+    "orchestration": check_orchestration, "reliability": check_reliability, "node_info_order": check_node_info_order,
+    "onnx_quant": check_onnx_quant}
 
 
 def test_every_bench_script_has_a_toy_check() -> None:
