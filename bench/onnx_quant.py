@@ -30,6 +30,7 @@ shape with at least as many greedy continuations equal to fp32's as the baseline
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 import time
@@ -78,10 +79,12 @@ def quantize_dynamic_folder(fp32: Path, out: Path, *, partial: bool) -> Path:
         if path.is_file() and not path.name.startswith("model.onnx") and path.name != "manifest.json":
             shutil.copy2(path, out / path.name)
     graph = onnx.load(str(fp32 / "model.onnx"), load_external_data=False).graph
+    logging.disable(logging.INFO)  # the quantiser logs every tensor it leaves alone on the root logger
     kept = [n.name for n in graph.node if n.op_type == "MatMul" and ("down_proj" in n.name or "lm_head" in n.name)]
     quantize_dynamic(fp32 / "model.onnx", out / "model.onnx", weight_type=QuantType.QInt8, per_channel=True,
                      op_types_to_quantize=["MatMul"], use_external_data_format=True,
                      nodes_to_exclude=kept if partial else [], extra_options={"MatMulConstBOnly": True})
+    logging.disable(logging.NOTSET)
     return out
 
 
