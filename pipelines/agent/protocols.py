@@ -25,7 +25,8 @@ from pipelines.agent.calls import ToolSpec
 
 Mode = Literal["think", "no_think"]
 SpecStyle = Literal["json", "signatures"]
-NO_THINK_PREFIX = "<think>\n\n</think>\n"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the reasoning span of a turn (what the think weight scales)
+NO_THINK_PREFIX = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n"
 # The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
 # (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
 # change to a system_prompt below (or to the tool specs they list, or to the text the tools answer with).

@@ -31,10 +31,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.agent.protocols import THINK_CLOSE, THINK_OPEN
 from pipelines.atomic import atomic_directory
 from pipelines.manifest import BuildResult, fingerprint, new_manifest, read_manifest, sha256_files, write_manifest
 from pipelines.train.precision import use_bf16
-from pipelines.train.think_loss import THINK_CLOSE, THINK_OPEN
 
 if TYPE_CHECKING:
     import datasets
@@ -268,11 +268,23 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     the manifest beside the conversations' content hash and the base model's identity. With
     ``force=False`` an output built from the same inputs and params is reused.
     """
+    from pipelines.manifest import model_identity
+
+    base_model_folder, output_folder = Path(base_model_folder), Path(output_folder)
+    conversations = list(conversations)
+    all_inputs = {**(inputs or {}), "conversations": conversations_sha256(conversations),
+                  "base_model": model_identity(base_model_folder)}
+    # the sweep's settings are not this model's; memory-only settings leave the model as it is
+    shaping = params.result_settings(exclude={"sweep_weights", "sweep_max_steps"})
+    if not force:  # before importing the trainer (~4 s of torch, transformers and TRL): a rerun only checks this
+        manifest = read_manifest(output_folder)
+        if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
+            return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
+
     import torch
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig
 
-    from pipelines.manifest import model_identity
     from pipelines.train.lora import cut_gradient_below, lora_config
     from pipelines.train.memory import (
         SFT_MMAP_THRESHOLD_BYTES,
@@ -283,17 +295,6 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         release_memory,
     )
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer
-
-    base_model_folder, output_folder = Path(base_model_folder), Path(output_folder)
-    conversations = list(conversations)
-    all_inputs = {**(inputs or {}), "conversations": conversations_sha256(conversations),
-                  "base_model": model_identity(base_model_folder)}
-    # the sweep's settings are not this model's; memory-only settings leave the model as it is
-    shaping = params.result_settings(exclude={"sweep_weights", "sweep_max_steps"})
-    if not force:
-        manifest = read_manifest(output_folder)
-        if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
-            return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
 
     mmap_large_allocations(SFT_MMAP_THRESHOLD_BYTES)  # step after step, activations would otherwise fragment the heap
     hyper = resolved_hyperparameters(params)

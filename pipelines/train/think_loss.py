@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from trl import SFTTrainer
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
+from pipelines.agent.protocols import THINK_CLOSE, THINK_OPEN
+
 ZERO_WEIGHT = 1e-8  # a (micro-)batch whose total weight is at most this has loss 0
 
 

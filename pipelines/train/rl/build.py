@@ -89,14 +89,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
              progress: bool = True) -> BuildResult:
     """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
     reused when the start model, the data and the stage's params are unchanged."""
-    import torch
-    from trl import GRPOConfig
-
-    from pipelines.agent.client import InProcessToolClient
-    from pipelines.agent.models import onnx_agent_folder
-    from pipelines.agent.tools import KGToolbox
-    from pipelines.atomic import atomic_directory
-    from pipelines.eval.runner import load_gold_paths, make_protocol
     from pipelines.layout import qa_dir
     from pipelines.manifest import (
         fingerprint,
@@ -107,25 +99,12 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         sha256_files,
         write_manifest,
     )
-    from pipelines.train.memory import (
-        RL_MMAP_THRESHOLD_BYTES,
-        fused_logprob_tokens,
-        labelled_positions_only,
-        mmap_large_allocations,
-        release_memory,
-    )
-    from pipelines.train.precision import use_bf16
-    from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
-    from pipelines.train.rl.validation import ValidationEM
 
     settings = stage_params(params, stage)
     rewards, judge = stage_rewards(params, stage)  # refuses a reward that cannot be scored before any model loads
     output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
     start_folder = _start_model(params, stage, start)
     backend = settings.rollout_backend(params.agent)
-    use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
-    if backend == "vllm":
-        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=use_cuda)  # before any model loads
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
               "start_model": model_identity(start_folder)}
@@ -140,6 +119,30 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     if (not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping)
             and CORRECT_ROLLOUTS_FILE in existing.files):
         return BuildResult(folder=output, manifest=existing, skipped=True)
+
+    # the trainer's imports after the check above (~5 s of torch, TRL and the tools: a rerun only checks it)
+    import torch
+    from trl import GRPOConfig
+
+    from pipelines.agent.client import InProcessToolClient
+    from pipelines.agent.models import onnx_agent_folder
+    from pipelines.agent.tools import KGToolbox
+    from pipelines.atomic import atomic_directory
+    from pipelines.eval.runner import load_gold_paths, make_protocol
+    from pipelines.train.memory import (
+        RL_MMAP_THRESHOLD_BYTES,
+        fused_logprob_tokens,
+        labelled_positions_only,
+        mmap_large_allocations,
+        release_memory,
+    )
+    from pipelines.train.precision import use_bf16
+    from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
+    from pipelines.train.rl.validation import ValidationEM
+
+    use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
+    if backend == "vllm":
+        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=use_cuda)  # before any model loads
 
     agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
     protocol = make_protocol(params.model_copy(update={"agent": agent}), agent.protocol, None)
