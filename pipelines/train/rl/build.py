@@ -105,6 +105,11 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     output = model_dir(params.artifacts_dir, name or rl_model_name(stage))
     start_folder = _start_model(params, stage, start)
     backend = settings.rollout_backend(params.agent)
+    if backend == "vllm":  # refused before any data or model is read (and before a current model is reused)
+        import torch
+
+        cuda = torch.cuda.is_available() and params.agent.device != "cpu"
+        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=cuda)
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
               "start_model": model_identity(start_folder)}
@@ -141,8 +146,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.train.rl.validation import ValidationEM
 
     use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
-    if backend == "vllm":
-        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=use_cuda)  # before any model loads
 
     agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
     protocol = make_protocol(params.model_copy(update={"agent": agent}), agent.protocol, None)
