@@ -38,7 +38,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import BenchParser, load_average, machine_info, ratio, setup_logging, verdict, write_results
+from _common import (
+    BenchParser,
+    args_record,
+    load_average,
+    load_line,
+    machine_info,
+    ratio,
+    setup_logging,
+    verdict,
+    write_results,
+)
 from _toy import scratch, tiny_model, toy_conversations
 
 BASELINE = "int8"
@@ -156,9 +166,7 @@ def render(results: dict[str, Any]) -> str:
     lines += ["", f"target: >= {TARGET_SPEEDUP}x the baseline on every shape, and at least the baseline's equal "
                   "continuations"]
     lines += [f"  {n:<22} {verdict(results['adopt'][n])}" for n in names if n != BASELINE]
-    lines.append(f"{results['machine']['cpu_cores']} CPU cores; load average at start "
-                 f"{results['machine']['load_average_at_start'][0]:.2f}, at end "
-                 f"{results['machine']['load_average_at_end'][0]:.2f}")
+    lines.append(load_line(results["machine"]))
     return "\n".join(lines)
 
 
@@ -215,8 +223,7 @@ def main(argv: list[str] | None = None) -> int:
              for n in backends}
     machine = machine_info() | {"load_average_at_start": load_start, "load_average_at_end": load_average()}
     results = {"benchmark": "onnx_quant", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-               "model": str(model), "variants": list(folders), "args": {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+               "model": str(model), "variants": list(folders), "args": args_record(args),
         "threads": _threads(args.threads), "forwards": forwards, "forward_ms_runs": timings,
         "greedy": {"prompts": len(prompts), "equal": equal, "common_prefix": prefix}, "adopt": adopt,
         "machine": machine}

@@ -85,6 +85,14 @@ def stage_rewards(params: Params, stage: int) -> tuple[list[Any], Any]:
     return functions, judge
 
 
+def _uses_cuda(params: Params) -> bool:
+    """Whether the stage trains on a CUDA GPU (one is there and agent.device allows it); torch imported here, so that
+    a check of a current model does not pay for it."""
+    import torch
+
+    return torch.cuda.is_available() and params.agent.device != "cpu"
+
+
 def train_rl(params: Params, stage: int, *, start: str | None = None, name: str | None = None, force: bool = False,
              progress: bool = True) -> BuildResult:
     """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
@@ -106,10 +114,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     start_folder = _start_model(params, stage, start)
     backend = settings.rollout_backend(params.agent)
     if backend == "vllm":  # refused before any data or model is read (and before a current model is reused)
-        import torch
-
-        cuda = torch.cuda.is_available() and params.agent.device != "cpu"
-        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=cuda)
+        require_vllm(settings, stage, _full_model_folder(start_folder, params), cuda=_uses_cuda(params))
     dataset_dir = qa_dir(params.artifacts_dir, "dataset")
     inputs = {**sha256_files([dataset_dir / "train.jsonl", dataset_dir / "val.jsonl"], params.root),
               "start_model": model_identity(start_folder)}
@@ -125,8 +130,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
             and CORRECT_ROLLOUTS_FILE in existing.files):
         return BuildResult(folder=output, manifest=existing, skipped=True)
 
-    # the trainer's imports after the check above (~5 s of torch, TRL and the tools: a rerun only checks it)
-    import torch
+    # the trainer's imports after the check above (~5 s of TRL, transformers and the tools: a rerun only checks it)
     from trl import GRPOConfig
 
     from pipelines.agent.client import InProcessToolClient
@@ -145,7 +149,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
     from pipelines.train.rl.validation import ValidationEM
 
-    use_cuda = torch.cuda.is_available() and params.agent.device != "cpu"
+    use_cuda = _uses_cuda(params)
 
     agent = params.agent.model_copy(update={"max_rounds": settings.max_rounds or params.agent.max_rounds})
     protocol = make_protocol(params.model_copy(update={"agent": agent}), agent.protocol, None)
