@@ -120,6 +120,9 @@ class ToolParams(_Section):
     # already listed last: docs/tools.md)
     node_info_order: Literal["graph", "question"] = "question"
     description_max_chars: int | None = Field(80, ge=20)  # entity/relation descriptions clipped to this; None: whole
+    # node_info gives the entity's description on a line of its own (the Omne-R1 paper's) or not: the lines were ~7%
+    # of a quick conversation's tokens, and the template thinking never reads them (the type and relations say the hop)
+    node_info_descriptions: bool = False
     # node_info's relation lines end with the relation's description (the Omne-R1 paper's) or not: a quick
     # conversation's relation descriptions are ~250 of its ~1,500 tokens, and the label says the same hop
     relation_descriptions: bool = False

@@ -134,8 +134,8 @@ def test_the_engine_gives_the_tools_each_episode_question(toolbox) -> None:  # n
                                 InProcessToolClient(toolbox), RolloutParams(batch_size=1)).run(tasks, progress=False)
     assert moons.tool_calls[0].response.split("\n")[0] == born.tool_calls[0].response.split("\n")[0] == (
         "Entity: Galileo Galilei")
-    assert moons.tool_calls[0].response.split("\n")[4] == "1. <-[discovered by]- Callisto [moon]"
-    assert born.tool_calls[0].response.split("\n")[4] == "1. -[born in]-> Pisa"
+    assert moons.tool_calls[0].response.split("\n")[3] == "1. <-[discovered by]- Callisto [moon]"
+    assert born.tool_calls[0].response.split("\n")[3] == "1. -[born in]-> Pisa"
 
 
 def test_round_cap_and_fake_responses_are_never_executed(toolbox) -> None:  # noqa: ANN001

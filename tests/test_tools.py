@@ -45,7 +45,6 @@ ENTITIES = {  # name -> description, as in tests/data/solar/entities.csv
 # "<-[orbits]-" into it), the other end with its type (an untyped one, Pisa, bare)
 JUPITER = """Entity: Jupiter
 Type: planet
-Description: Gas giant and the largest planet.
 Relations (5):
 1. -[orbits]-> Sun [star]
 2. <-[orbits]- Callisto [moon]
@@ -55,7 +54,6 @@ Relations (5):
 
 GALILEO = """Entity: Galileo Galilei
 Type: person
-Description: Italian astronomer.
 Relations (5):
 1. -[born in]-> Pisa
 2. <-[discovered by]- Callisto [moon]
@@ -178,11 +176,11 @@ def test_entity_matcher_refuses_an_empty_name(toolbox: KGToolbox) -> None:
 
 
 # ----- node_info ----------------------------------------------------------------------------------------
-def test_node_info_lists_entity_type_description_and_every_relation_in_order(toolbox: KGToolbox) -> None:
+def test_node_info_lists_entity_type_and_every_relation_in_order(toolbox: KGToolbox) -> None:
     assert ok(toolbox, 'node_info(node_name="Jupiter", graph_type="solar")') == JUPITER
     assert ok(toolbox, 'node_info(node_name="Galileo Galilei", graph_type="solar")') == GALILEO
     assert ok(toolbox, 'node_info(node_name="Pisa", graph_type="solar")') == (
-        "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n"
+        "Entity: Pisa\nType: unknown\nRelations (1):\n"
         "1. <-[born in]- Galileo Galilei [person]")
     # a neighbour's name copied with its type finds the entity when the type is its own
     assert ok(toolbox, 'node_info(node_name="Sun [star]", graph_type="solar")').split("\n")[:2] == [
@@ -192,6 +190,12 @@ def test_node_info_lists_entity_type_description_and_every_relation_in_order(too
     assert untyped == JUPITER.replace(" [star]", "").replace(" [moon]", "")
     # the same call twice, or from a fresh toolbox, gives the same text
     assert variant(toolbox).call('node_info("Jupiter", "solar")').content == JUPITER
+    # tools.node_info_descriptions: true (the paper's tool) gives the entity's description after its type
+    described = ok(variant(toolbox, node_info_descriptions=True), 'node_info(node_name="Jupiter", graph_type="solar")')
+    lines = JUPITER.split("\n")
+    assert described.split("\n") == [*lines[:2], "Description: Gas giant and the largest planet.", *lines[2:]]
+    assert "Description: none" in ok(variant(toolbox, node_info_descriptions=True),
+                                     'node_info(node_name="Pisa", graph_type="solar")')
 
 
 def test_node_info_lines_from_the_entity_and_as_triples_name_the_same_relations(toolbox: KGToolbox) -> None:
@@ -200,9 +204,9 @@ def test_node_info_lines_from_the_entity_and_as_triples_name_the_same_relations(
     triples = variant(toolbox, node_info_lines="triples")
     for name, from_entity in [("Jupiter", JUPITER), ("Galileo Galilei", GALILEO)]:
         as_triples = ok(triples, f'node_info(node_name="{name}", graph_type="solar")')
-        assert as_triples.split("\n")[:4] == from_entity.split("\n")[:4] and as_triples != from_entity
+        assert as_triples.split("\n")[:3] == from_entity.split("\n")[:3] and as_triples != from_entity
         assert parse_triples(as_triples) == parse_triples(from_entity) and len(parse_triples(from_entity)) == 5
-    assert ok(triples, 'node_info(node_name="Jupiter", graph_type="solar")').split("\n")[4:6] == [
+    assert ok(triples, 'node_info(node_name="Jupiter", graph_type="solar")').split("\n")[3:5] == [
         "1. Jupiter -[orbits]-> Sun [star]", "2. Callisto [moon] -[orbits]-> Jupiter"]
     assert parse_triples(JUPITER)[:2] == [("Jupiter", "orbits", "Sun"), ("Callisto", "orbits", "Jupiter")]
     assert len(GALILEO) < len(ok(triples, 'node_info(node_name="Galileo Galilei", graph_type="solar")'))
@@ -210,11 +214,11 @@ def test_node_info_lines_from_the_entity_and_as_triples_name_the_same_relations(
 
 def test_node_info_caps_neighbours_with_a_marker(toolbox: KGToolbox) -> None:
     capped = ok(variant(toolbox, node_info_max_neighbors=2), 'node_info(node_name="Jupiter", graph_type="solar")')
-    assert capped.split("\n") == [*JUPITER.split("\n")[:6], "… 3 more relations not shown"]
+    assert capped.split("\n") == [*JUPITER.split("\n")[:5], "… 3 more relations not shown"]
     exact = ok(variant(toolbox, node_info_max_neighbors=5), 'node_info(node_name="Jupiter", graph_type="solar")')
     assert exact == JUPITER and "more relations not shown" not in exact
     one = ok(variant(toolbox, node_info_max_neighbors=1), 'node_info(node_name="Sun", graph_type="solar")')
-    assert one.split("\n")[3:] == ["Relations (6):", SUN_RELATIONS[0], "… 5 more relations not shown"]
+    assert one.split("\n")[2:] == ["Relations (6):", SUN_RELATIONS[0], "… 5 more relations not shown"]
 
 
 def test_node_info_lists_the_relations_closest_to_the_episode_question_first(toolbox: KGToolbox) -> None:
@@ -224,19 +228,19 @@ def test_node_info_lists_the_relations_closest_to_the_episode_question_first(too
     call = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
     header = "Relations (5, closest to the question first):"
     moons = client.call(call, question="Which moons did Galileo Galilei discover?").content.split("\n")
-    assert moons[3:] == [header, "1. <-[discovered by]- Callisto [moon]", "2. -[born in]-> Pisa",
+    assert moons[2:] == [header, "1. <-[discovered by]- Callisto [moon]", "2. -[born in]-> Pisa",
                          "3. <-[discovered by]- Europa [moon]", "4. <-[discovered by]- Ganymede [moon]",
                          "5. <-[discovered by]- Io [moon]"]
     born = client.call(call, question="Where was Galileo Galilei born?").content.split("\n")
-    assert born[:3] + born[4:] == GALILEO.split("\n")[:3] + GALILEO.split("\n")[4:] and born[3] == header
+    assert born[:2] + born[3:] == GALILEO.split("\n")[:2] + GALILEO.split("\n")[3:] and born[2] == header
     # the cap keeps one relation of each kind before a second of any
     capped = InProcessToolClient(variant(toolbox, node_info_order="question", node_info_max_neighbors=2))
-    assert capped.call(call, question="Which moons did Galileo Galilei discover?").content.split("\n")[4:] == [
-        *moons[4:6], "… 3 more relations not shown"]
+    assert capped.call(call, question="Which moons did Galileo Galilei discover?").content.split("\n")[3:] == [
+        *moons[3:5], "… 3 more relations not shown"]
     # without a question, with one relation, or with tools.node_info_order: graph (the paper's) the order is the graph's
     assert client.call(call).content == GALILEO
     assert client.call('node_info(node_name="Pisa", graph_type="solar")', question="Who was born in Pisa?").content == (
-        "Entity: Pisa\nType: unknown\nDescription: none\nRelations (1):\n1. <-[born in]- Galileo Galilei [person]")
+        "Entity: Pisa\nType: unknown\nRelations (1):\n1. <-[born in]- Galileo Galilei [person]")
     graph_order = InProcessToolClient(variant(toolbox, node_info_order="graph"))
     assert graph_order.call(call, question="Where was Galileo Galilei born?").content == GALILEO
 
@@ -304,7 +308,7 @@ def test_node_info_ranks_a_label_that_runs_both_ways_by_the_way_the_question_rea
     sun, moon = "-[orbits]-> Sun [star]", "<-[orbits]- Callisto [moon]"
     for question, first in [("Which moons orbit Jupiter?", moon), ("Which star does Jupiter orbit?", sun),
                             ("What does Jupiter orbit?", sun), ("Jupiter orbits a star. Which galaxy is it in?", sun)]:
-        assert client.call(call, question=question).content.split("\n")[4] == f"1. {first}", question
+        assert client.call(call, question=question).content.split("\n")[3] == f"1. {first}", question
 
 
 def test_node_info_lists_the_way_back_of_a_walk_last(toolbox: KGToolbox) -> None:
@@ -314,11 +318,11 @@ def test_node_info_lists_the_way_back_of_a_walk_last(toolbox: KGToolbox) -> None
     question = "Which astronomer discovered Io?"
     galileo = 'node_info(node_name="Galileo Galilei", graph_type="solar")'
     alone = client.call(galileo, episode_id="fresh", question=question).content.split("\n")
-    assert alone[4:6] == ["1. <-[discovered by]- Callisto [moon]", "2. -[born in]-> Pisa"]
+    assert alone[3:5] == ["1. <-[discovered by]- Callisto [moon]", "2. -[born in]-> Pisa"]
     io = client.call('node_info(node_name="Io", graph_type="solar")', episode_id="walk", question=question).content
-    assert io.split("\n")[4] == "1. -[discovered by]-> Galileo Galilei [person]"
+    assert io.split("\n")[3] == "1. -[discovered by]-> Galileo Galilei [person]"
     walked = client.call(galileo, episode_id="walk").content.split("\n")  # the episode keeps its question
-    assert walked[4:] == ["1. -[born in]-> Pisa", *GALILEO.split("\n")[5:]]
+    assert walked[3:] == ["1. -[born in]-> Pisa", *GALILEO.split("\n")[4:]]
     # another episode has walked nowhere
     assert client.call(galileo, episode_id="other", question=question).content.split("\n") == alone
 
@@ -498,7 +502,7 @@ def test_node_info_falls_back_to_the_index_only_above_the_threshold(toolbox: KGT
     assert best == "Ganymede" and score >= toolbox.tool_params.fuzzy_min_score  # default 0.9 accepts this one
     found = ok(toolbox, 'node_info(node_name="Ganymed", graph_type="solar")').split("\n")
     assert found[0] == 'No entity is named "Ganymed"; the closest is "Ganymede".'
-    assert found[1:4] == ["Entity: Ganymede", "Type: moon", "Description: Largest moon in the Solar System."]
+    assert found[1:3] == ["Entity: Ganymede", "Type: moon"]
     stricter = variant(toolbox, fuzzy_min_score=min(1.0, score + 0.005))
     assert failed(stricter, 'node_info(node_name="Ganymed", graph_type="solar")',
                   ErrorType.ENTITY_NOT_FOUND) == 'Entity "Ganymed" not found in KG'
@@ -734,5 +738,5 @@ def test_a_self_loop_is_listed_once(tmp_path: Path, toolbox: KGToolbox) -> None:
     info = ok(box, 'node_info(node_name="Io", graph_type="solar")').split("\n")
     loop = "-[resonates with]-> Io [moon]"
     searched = ok(box, 'search(entity="Io", question="What does Io resonate with?")').split("\n")
-    assert (info[3], sum(line.endswith(loop) for line in info)) == ("Relations (3):", 1)
+    assert (info[2], sum(line.endswith(loop) for line in info)) == ("Relations (3):", 1)
     assert searched.count("(Io, resonates with, Io)") == 1

@@ -57,7 +57,7 @@ GRAPH_TYPE = Param(name="graph_type", description="The knowledge graph (domain) 
 TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     ToolSpec(name="entity_matcher", description="The entity names closest to node_name.",
              params=(Param(name="node_name", description="The entity name to look for."), GRAPH_TYPE)),
-    ToolSpec(name="node_info", description="An entity's type, description and relations.",
+    ToolSpec(name="node_info", description="An entity's type and relations.",
              params=(Param(name="node_name", description="The exact entity name."), GRAPH_TYPE)),
     ToolSpec(name="get_head_relations", description="Get relations where the entity is the tail (object).",
              params=(Param(name="entity", description="The exact entity name."),)),
@@ -597,8 +597,10 @@ class KGToolbox:
         if graph.lookup(name) != entity:
             lines.append(f'No entity is named "{_clip(name.strip(), 120)}"; the closest is "{graph.names[entity]}".')
         order = ", closest to the question first" if by_question and len(relations) > 1 else ""
-        lines += [f"Entity: {graph.names[entity]}", f"Type: {graph.types[entity] or 'unknown'}",
-                  f"Description: {self._describe(graph.descriptions[entity])}", f"Relations ({len(relations)}{order}):"]
+        lines += [f"Entity: {graph.names[entity]}", f"Type: {graph.types[entity] or 'unknown'}"]
+        if self.tool_params.node_info_descriptions:
+            lines.append(f"Description: {self._describe(graph.descriptions[entity])}")
+        lines.append(f"Relations ({len(relations)}{order}):")
         cap = self.tool_params.node_info_max_neighbors
         shown = relations if cap is None else relations[:cap]
         for rank, r in enumerate(shown, start=1):
