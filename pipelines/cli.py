@@ -211,6 +211,28 @@ def kg_import(ctx: click.Context, path: Path, name: str, fmt: str | None, entiti
     click.echo(f"registered domain {name!r}: {domain.source.kind} {domain.source.path}")
 
 
+@kg.command("render-lightrag")
+@click.option("--domain", "name", required=True, help="A registered triples domain (e.g. chemistry).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The GraphML file to write (LightRAG's graph_chunk_entity_relation.graphml layout).")
+@click.pass_context
+def kg_render_lightrag(ctx: click.Context, name: str, out: Path) -> None:
+    """Write the graph LightRAG would have built for a triples domain's facts: upper-case names, generic types,
+    unlabelled relations carried by description sentences (docs/kg.md, "LightRAG renderings"). A registry entry
+    of source kind lightrag_rendering builds the same graph as a domain of its own."""
+    from pipelines.kg.lightrag_render import render_lightrag, write_lightrag_graphml
+
+    params = _params(ctx)
+    domain = load_registry(params.registry_path).get(name)
+    if domain.source.kind != "triples":
+        raise OmneError(f"{name}: a LightRAG rendering needs a triples domain, this one is {domain.source.kind!r}")
+    folder = (params.root / domain.source.path).parent
+    graph = render_lightrag(folder)
+    write_lightrag_graphml(graph, out)
+    click.echo(f"wrote {out}: {graph.number_of_nodes()} entities, {graph.number_of_edges()} relations "
+               f"(a LightRAG rendering of {name})")
+
+
 @kg.command("stats")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")

@@ -133,6 +133,10 @@ class ToolParams(_Section):
     # response is about: its name once, at the top) | triples ("A -[in block]-> B", each line naming both ends, the
     # paper profile's): a quick conversation's node_info responses repeat the entity's name ~55 of its ~1,000 tokens
     node_info_lines: Literal["from_entity", "triples"] = "from_entity"
+    # the label of an unlabelled relation (LightRAG graphs, text extraction: a keyword list, no direction): phrase (the
+    # words between its ends in its description, "<-[is cast in]- STRIP FOUNDATIONS", read in the sentence's
+    # direction; its keywords when no sentence says it in at most 6 words) | keywords (LightRAG's keyword list, "--")
+    unlabelled_relations: Literal["phrase", "keywords"] = "phrase"
     # entity_matcher's lines give each entity's description (the Omne-R1 paper's) or only its name (with its type,
     # as neighbours are written): the descriptions were ~95 of a quick conversation's ~1,170 tokens, and the
     # node_info that follows shows the chosen entity's own

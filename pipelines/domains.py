@@ -33,7 +33,7 @@ SLUG_PATTERN = re.compile(r"^[a-z0-9_]+$")
 MAX_NAME_LENGTH = 64  # a folder name, a graph_type in every prompt and tool call: longer is a mistake
 REGISTRY_LOCK_TIMEOUT_S = 60.0
 STALE_TEMP_S = 60.0  # a registry temp file this old, found under the lock, is a killed writer's
-SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir", "text"]
+SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir", "lightrag_rendering", "text"]
 ExtractFormat = Literal["lightrag", "triples"]
 TEXT_SUFFIXES = (".txt", ".md")  # what a `text` source folder contributes (other files are ignored)
 TEXT_ONLY_OPTIONS = ("extract_format", "chunk_tokens", "chunk_overlap")
@@ -76,6 +76,8 @@ def select_domains(names: Sequence[str], include: Sequence[str] | None = None, e
 class SourceSpec(BaseModel):
     """Where a domain's KG comes from; paths are relative to the project root.
 
+    ``lightrag_rendering`` sources name the folder of a triples domain (triples.jsonl, entities.jsonl,
+    phrases.yaml) and give the graph LightRAG would have written for its facts (pipelines.kg.lightrag_render).
     ``text`` sources (a .txt/.md file or a folder of them) are turned into a KG by an LLM
     (pipelines.kg.extract); their options are refused on the other kinds, and left out of their
     dumps, so that existing registries and manifests stay as they were.
@@ -92,6 +94,9 @@ class SourceSpec(BaseModel):
 
     @model_validator(mode="after")
     def _options_fit_kind(self) -> SourceSpec:
+        if self.kind == "lightrag_rendering" and self.entities is not None:
+            raise ValueError("entities: not used by source kind 'lightrag_rendering' (its folder's entities.jsonl "
+                             "is read)")
         if self.kind != "text":
             misplaced = [name for name in TEXT_ONLY_OPTIONS if name in self.model_fields_set]
             if misplaced:

@@ -381,8 +381,11 @@ def test_kg_r1_relation_names_are_normalised_and_reported_as_stored(toolbox: KGT
 
 # ----- typed errors ---------------------------------------------------------------------------------------
 def test_entity_not_found(toolbox: KGToolbox) -> None:
-    assert failed(toolbox, 'node_info(node_name="Vulcan", graph_type="solar")',
-                  ErrorType.ENTITY_NOT_FOUND) == 'Entity "Vulcan" not found in KG'
+    # node_info names the entity_matcher's closest names, so that the next call copies one instead of retrying
+    assert failed(toolbox, 'node_info(node_name="Vulcan", graph_type="solar")', ErrorType.ENTITY_NOT_FOUND) == (
+        'Entity "Vulcan" not found in KG; the closest names are "Titan", "Neptune", "Saturn"')
+    matcher = ok(toolbox, 'entity_matcher(node_name="Vulcan", graph_type="solar")').split("\n")[1:]
+    assert [line.split(". ", 1)[1].split(" [")[0] for line in matcher] == ["Titan", "Neptune", "Saturn"]
     for call in ('get_tail_relations(entity="Vulcan")', 'get_head_relations(entity="Vulcan")',
                  'get_head_entities(entity="Vulcan", relation="orbits")',
                  'get_tail_entities(entity="Vulcan", relation="orbits")',
@@ -505,7 +508,8 @@ def test_node_info_falls_back_to_the_index_only_above_the_threshold(toolbox: KGT
     assert found[1:3] == ["Entity: Ganymede", "Type: moon"]
     stricter = variant(toolbox, fuzzy_min_score=min(1.0, score + 0.005))
     assert failed(stricter, 'node_info(node_name="Ganymed", graph_type="solar")',
-                  ErrorType.ENTITY_NOT_FOUND) == 'Entity "Ganymed" not found in KG'
+                  ErrorType.ENTITY_NOT_FOUND).startswith('Entity "Ganymed" not found in KG; the closest names are '
+                                                         '"Ganymede", ')
     # a poor match is refused at the default threshold, accepted when the threshold is below its score
     best, score = _score(toolbox, "Titan!")
     assert best == "Titan" and score < toolbox.tool_params.fuzzy_min_score

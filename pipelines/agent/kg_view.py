@@ -19,6 +19,7 @@ from pipelines.kg.model import normalise_key
 from pipelines.kg.store import read_kg
 from pipelines.layout import index_dir, kg_dir
 from pipelines.manifest import MANIFEST_NAME, read_manifest
+from pipelines.qa.phrases import edge_phrase
 
 
 def _grouped(keys: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +54,7 @@ class DomainGraph:
     rel_keys: list[str]
     relation_key_set: frozenset[str]
     rel_descriptions: list[str]
+    rel_phrased: np.ndarray  # bool per relation: its label is a phrase read from src to dst (``phrase_labels``)
     out_ptr: np.ndarray
     out_idx: np.ndarray
     in_ptr: np.ndarray
@@ -61,7 +63,9 @@ class DomainGraph:
     signature: str
 
     @classmethod
-    def load(cls, artifacts: Path, domain: str) -> DomainGraph:
+    def load(cls, artifacts: Path, domain: str, *, relation_phrases: bool = True) -> DomainGraph:
+        """``relation_phrases``: an undirected graph's relations (LightRAG's, text extraction's: no label, a keyword
+        list) are labelled with the phrase their description says them with (``phrase_labels``)."""
         signature = manifest_signature(artifacts, domain)
         kg = read_kg(kg_dir(artifacts, domain))
         entities, relations = kg.entities, kg.relations
@@ -70,6 +74,9 @@ class DomainGraph:
         dst = relations["dst"].to_numpy().astype(np.int64)
         names = entities["name"].to_list()
         keywords = relations["keywords"].to_list()
+        phrased = np.zeros(len(keywords), dtype=bool)
+        if relation_phrases and not kg.directed:
+            keywords, phrased = phrase_labels(names, src, dst, keywords, relations["description"].to_list())
         # within an entity: by relation label, then by the other end's name (deterministic, readable)
         name_rank = np.argsort(np.argsort(np.array(names, dtype=object), kind="stable"))
         label_rank = np.unique(np.array(keywords, dtype=object), return_inverse=True)[1]
@@ -85,6 +92,7 @@ class DomainGraph:
             rel_keys=(rel_keys := [normalise_key(k) for k in keywords]),
             relation_key_set=frozenset(rel_keys),
             rel_descriptions=[d.replace("\n", " ") for d in relations["description"].to_list()],
+            rel_phrased=phrased,
             out_ptr=out_ptr, out_idx=out_idx, in_ptr=in_ptr, in_idx=in_idx,
             vectors=_load_vectors(artifacts, domain, n) if _index_matches_kg(artifacts, domain) else None,
             signature=signature,
@@ -129,6 +137,23 @@ class DomainGraph:
         top = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         top = top[np.lexsort((top, -scores[top]))]  # by score, ties by id: deterministic
         return [(int(i), float(scores[i])) for i in top]
+
+
+def phrase_labels(names: list[str], src: np.ndarray, dst: np.ndarray, keywords: list[str],
+                  descriptions: list[str]) -> tuple[list[str], np.ndarray]:
+    """The labels of an unlabelled graph's relations: the phrase each description says its relation with ("is
+    defined in"; pipelines.qa.phrases.edge_phrase), else the keyword list. A relation whose sentence reads from
+    its second end to its first gets its ends swapped in ``src``/``dst`` (in place; the graph is undirected, so
+    the swap changes no fact), so that every phrased relation reads from src to dst; the mask says which are."""
+    labels, phrased = list(keywords), np.zeros(len(keywords), dtype=bool)
+    for r, description in enumerate(descriptions):
+        found = edge_phrase(description or "", names[src[r]], names[dst[r]])
+        if found is None:
+            continue
+        labels[r], phrased[r] = found[0], True
+        if found[1]:
+            src[r], dst[r] = dst[r], src[r]
+    return labels, phrased
 
 
 def _index_matches_kg(artifacts: Path, domain: str) -> bool:

@@ -419,7 +419,8 @@ class KGToolbox:
             signature = manifest_signature(self.params.artifacts_dir, name)
             if graph is None or graph.signature != signature:
                 log.info("loading domain %s", name)
-                graph = DomainGraph.load(self.params.artifacts_dir, name)
+                graph = DomainGraph.load(self.params.artifacts_dir, name,
+                                         relation_phrases=self.tool_params.unlabelled_relations == "phrase")
                 self._graphs[name] = graph
             self._checked_at[name] = now
             return graph
@@ -558,8 +559,20 @@ class KGToolbox:
         return best if score >= self.tool_params.fuzzy_min_score else None
 
     @staticmethod
-    def _not_found(name: str) -> ToolError:
-        return _error(ErrorType.ENTITY_NOT_FOUND, f'Entity "{_clip(name.strip(), 120)}" not found in KG')
+    def _not_found(name: str, closest: Sequence[str] = ()) -> ToolError:
+        """``closest``: the names the index finds nearest (node_info's): the next call copies one of them instead of
+        retrying the name that failed (a garbled copy of an upper-case LightRAG name looped until the episode ended)."""
+        message = f'Entity "{_clip(name.strip(), 120)}" not found in KG'
+        if closest:
+            message += "; the closest names are " + ", ".join(f'"{n}"' for n in closest)
+        return _error(ErrorType.ENTITY_NOT_FOUND, message)
+
+    def _closest_names(self, graph: DomainGraph, name: str, allowed: Allowed | None) -> list[str]:
+        """The entity_matcher's names for ``name`` (none without an index or a name)."""
+        if graph.vectors is None or not name.strip():
+            return []
+        hits = self._nearest(graph, self._embed(name), self.tool_params.entity_matcher_top_k, allowed)
+        return [graph.names[i] for i, _score in hits]
 
     # ----- Omne-R1 tools -------------------------------------------------------------------------------
     def _entity_matcher(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
@@ -585,7 +598,7 @@ class KGToolbox:
         allowed = self.allowed(graph, episode.scope)
         entity = self._resolve(graph, name, fuzzy=True, allowed=allowed)
         if entity is None:
-            return self._not_found(name)
+            return self._not_found(name, self._closest_names(graph, name, allowed))
         relations = list(self._inside(graph, graph.incident(entity), entity, allowed))
         by_question = self.tool_params.node_info_order == "question" and bool(episode.question)
         if by_question:
@@ -618,10 +631,10 @@ class KGToolbox:
         label, src, dst = graph.rel_keywords[r], int(graph.rel_src[r]), int(graph.rel_dst[r])
         if self.tool_params.node_info_lines == "triples":
             head, tail = (self._listed_entity(graph, end) if end != entity else graph.names[end] for end in (src, dst))
-            return f"{head} -[{label}]{'->' if graph.directed else '--'} {tail}"
+            return f"{head} -[{label}]{'->' if graph.directed or graph.rel_phrased[r] else '--'} {tail}"
         outgoing = src == entity
         return relation_line(label, self._listed_entity(graph, dst if outgoing else src), outgoing=outgoing,
-                             directed=graph.directed)
+                             directed=graph.directed or bool(graph.rel_phrased[r]))
 
     def _question_order(self, graph: DomainGraph, entity: int, relations: list[int],
                         episode: EpisodeState) -> list[int]:

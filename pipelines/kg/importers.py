@@ -1,7 +1,8 @@
 """Importers: turn a user's KG file into raw records (``RawGraph``), with errors that name the record.
 
 Supported sources: triple tables (CSV, TSV, parquet, JSON lines) with optional entity tables,
-LightRAG GraphML files, and LightRAG working directories (which hold such a GraphML file). Plain
+LightRAG GraphML files, LightRAG working directories (which hold such a GraphML file), and LightRAG
+renderings of a triples domain (pipelines.kg.lightrag_render). Plain
 text (kind ``text``) needs an LLM and is read by pipelines.kg.extract instead.
 """
 
@@ -17,9 +18,9 @@ import polars as pl
 
 from pipelines.domains import SourceSpec
 from pipelines.errors import KGSourceError
+from pipelines.kg.lightrag_render import LIGHTRAG_SEP, render_lightrag
 from pipelines.kg.model import RAW_ENTITY_SCHEMA, RAW_RELATION_SCHEMA, RawGraph
 
-LIGHTRAG_SEP = "<SEP>"
 LIGHTRAG_GRAPHML = "graph_chunk_entity_relation.graphml"
 TEXT_SUFFIXES = {".csv", ".tsv", ".txt", ".jsonl", ".ndjson"}
 TABLE_SUFFIXES = TEXT_SUFFIXES | {".parquet"}
@@ -212,6 +213,12 @@ def read_lightrag_graphml(path: Path) -> RawGraph:
         raise KGSourceError(f"{path}: malformed XML at line {line}, column {column}: {exc}") from None
     except (nx.NetworkXError, KeyError, ValueError) as exc:
         raise KGSourceError(f"{path}: not a valid GraphML graph: {exc}") from None
+    return lightrag_records(graph, path)
+
+
+def lightrag_records(graph: nx.Graph, path: Path) -> RawGraph:
+    """The records of a graph in LightRAG's layout (node ids/entity_id are names; ``<SEP>`` joins multiple
+    values): what a LightRAG GraphML file at ``path`` holds, or a LightRAG rendering of a domain there."""
     if graph.number_of_nodes() == 0:
         raise KGSourceError(f"{path}: the graph has no nodes")
     names: dict[object, str] = {}
@@ -262,6 +269,8 @@ def import_source(source: SourceSpec, root: Path) -> RawGraph:
         return read_triples(path, root / source.entities if source.entities else None)
     if source.kind == "lightrag_graphml":
         return read_lightrag_graphml(path)
+    if source.kind == "lightrag_rendering":
+        return lightrag_records(render_lightrag(path), path)
     if source.kind == "text":
         raise KGSourceError(f"{path}: a source of kind 'text' needs an LLM to become a graph: use "
                             "pipelines.kg.extract.extract_graph with a ChatClient (build_knowledge_graph does this)")

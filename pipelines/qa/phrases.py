@@ -37,6 +37,9 @@ MODALS = {"can", "could", "may", "might", "must", "shall", "should", "will", "wo
 ARTICLES = {"the", "a", "an"}
 PREPOSITIONS = {"of", "in", "to", "by", "with", "for", "from", "on", "at", "into", "as", "about", "through",
                 "within", "under", "over", "between", "among", "via", "toward", "towards", "onto", "upon"}
+# LightRAG's generic entity types as a question names them: "Which place …", not "Which geo …"; a CATEGORY is any
+# kind of thing ("Which category does Francium-221 decay to?" would ask for a category)
+GENERIC_TYPE_NOUNS = {"geo": "place", "category": "entity"}
 MAX_EDGE_SENTENCE_WORDS = 18  # a per-edge sentence longer than this makes 3+-hop questions unreadable
 MIN_SHARED_PATTERN = 0.3  # share of a label's description sentences that must say it the same way
 _SENTENCE_SPLIT = re.compile(r"<SEP>|\n|(?<=[.!?;])\s+(?=[A-Z\"'(])")
@@ -301,12 +304,34 @@ def edge_statement(description: str, head: str, tail: str) -> str | None:
     return None
 
 
+MAX_EDGE_PHRASE_WORDS = 6  # a relation's phrase in node_info (a verb group, "is cast in"); longer: its keywords
+
+
+def edge_phrase(description: str, head: str, tail: str) -> tuple[str, bool] | None:
+    """What an unlabelled edge (LightRAG's, text extraction's) says of its two ends, as a short phrase: the words
+    between the ends in its first description sentence that names both ("ACME supplies GRADE 30 CONCRETE to the
+    site" -> "supplies"), and whether that sentence reads from ``tail`` to ``head`` (then the phrase relates them the
+    other way round). None when no sentence phrases the edge in at most MAX_EDGE_PHRASE_WORDS words."""
+    statement = edge_statement(description, head, tail)
+    if statement is None:
+        return None
+    statement = _cut_after_far_end(statement)
+    backward = statement.startswith("{tail} ") and statement.endswith("{head}")
+    if not backward and not (statement.startswith("{head} ") and statement.endswith("{tail}")):
+        return None
+    words = statement[len("{head} "):-len("{tail}")].split()
+    if not words or len(words) > MAX_EDGE_PHRASE_WORDS or all(w.lower() in STOPWORDS for w in words):
+        return None
+    return " ".join(words), backward
+
+
 def type_noun(entity_type: str, lexicon: PhraseLexicon) -> str:
     """The noun a question uses for an entity of ``entity_type`` ("which country"); "entity" when untyped."""
     raw = entity_type.strip()
     if raw in lexicon.types:
         return lexicon.types[raw]
     noun = _clean(raw.replace("_", " ")).lower()
+    noun = GENERIC_TYPE_NOUNS.get(noun, noun)
     return noun if noun and noun not in {"unknown", "none", "other"} else "entity"
 
 
