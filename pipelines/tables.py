@@ -107,6 +107,12 @@ def print_eval_table(runs: list) -> None:
                           f"{metrics.efficiency.generated_tokens_mean:.0f}" if label == "all" else "")
     out = console()
     out.print(table)
+    for metrics in runs:  # what the agent did with the tools (docs/evaluation.md, "Behaviour")
+        b = metrics.behaviour
+        out.print(f"{metrics.run}: answers the tools showed {b.answer_from_tools_share:.0%} of {b.answered_episodes} "
+                  f"answered · calls naming a missing entity {b.missing_entity_calls_per_sample:.2f}/q "
+                  f"({b.missing_entity_call_share:.0%} of calls) · ended by a repeated call "
+                  f"{b.repeated_call_finish_share:.0%}", highlight=False)
     for metrics in runs:  # where each run's generating time went (a local backend only)
         if metrics.efficiency.generation is not None:
             out.print(f"{metrics.run}: {metrics.efficiency.generation.line()}", highlight=False)

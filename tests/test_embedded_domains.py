@@ -17,14 +17,15 @@ from pipelines.domains import load_registry
 from tests.conftest import PROJECT_ROOT, make_project
 
 REGISTRY = load_registry(PROJECT_ROOT / "kg_assets" / "domains.yaml")
-EMBEDDED = [d.name for d in REGISTRY.domains]
+EMBEDDED = [d.name for d in REGISTRY.domains if d.source.kind == "triples"]
+RENDERED = [d.name for d in REGISTRY.domains if d.source.kind == "lightrag_rendering"]  # LightRAG renderings
 PER_BUCKET = 40
 
 
 def test_the_embedded_domains_are_at_least_eight_from_six_fields_with_provenance() -> None:
     assert len(EMBEDDED) >= 8
     assert len({d.field for d in REGISTRY.domains}) >= 6
-    for domain in REGISTRY.domains:
+    for domain in (REGISTRY.get(name) for name in EMBEDDED):
         assert domain.field and domain.origin and domain.licence, domain.name
         folder = PROJECT_ROOT / "kg_assets" / domain.name
         source = (folder / "SOURCE.md").read_text(encoding="utf-8")
@@ -33,7 +34,17 @@ def test_the_embedded_domains_are_at_least_eight_from_six_fields_with_provenance
         assert yaml.safe_load((folder / "phrases.yaml").read_text(encoding="utf-8"))["relations"], domain.name
 
 
-@pytest.mark.parametrize("name", EMBEDDED)
+def test_every_lightrag_rendering_renders_a_registered_triples_domain_and_says_so() -> None:
+    assert len(RENDERED) >= 2
+    triples = {(PROJECT_ROOT / REGISTRY.get(name).source.path).parent for name in EMBEDDED}
+    for name in RENDERED:
+        domain = REGISTRY.get(name)
+        assert PROJECT_ROOT / domain.source.path in triples, name
+        source = (PROJECT_ROOT / "kg_assets" / name / "SOURCE.md").read_text(encoding="utf-8")
+        assert f"`{domain.source.path}/`" in source and "lightrag_render.py" in source, name
+
+
+@pytest.mark.parametrize("name", EMBEDDED + RENDERED)
 def test_embedded_domain_builds_passes_its_checks_and_fills_both_buckets(tmp_path: Path, name: str) -> None:
     from pipelines.kg.build import build_knowledge_graph
     from pipelines.kg.checks import run_kg_checks
@@ -48,6 +59,8 @@ def test_embedded_domain_builds_passes_its_checks_and_fills_both_buckets(tmp_pat
     root = make_project(tmp_path / "project", yaml.safe_dump(
         {"domains": {name: entry.model_dump(mode="json", exclude={"name"}, exclude_none=True)}}))
     shutil.copytree(PROJECT_ROOT / "kg_assets" / name, root / "kg_assets" / name)
+    if entry.source.kind == "lightrag_rendering":  # it reads the folder of the domain it renders
+        shutil.copytree(PROJECT_ROOT / entry.source.path, root / entry.source.path, dirs_exist_ok=True)
     text = (root / "params.yaml").read_text(encoding="utf-8")
     text = text.replace("one_two_hop_per_domain: 150", f"one_two_hop_per_domain: {PER_BUCKET}")
     (root / "params.yaml").write_text(text.replace("three_plus_per_domain: 150",

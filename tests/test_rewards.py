@@ -39,6 +39,7 @@ from pipelines.train.rewards import (
     trajectory_messages,
     weighted_turn_rewards,
 )
+from pipelines.train.rewards import grounding_reward
 
 
 def A(text: str) -> dict[str, str]:  # noqa: N802 - short message builders keep the cases readable
@@ -371,9 +372,32 @@ def test_trajectory_without_assistant_turns_scores_zero() -> None:
     assert omne_stage3_reward([empty]) == [0.0]
 
 
+# ----- grounding (the graphs users bring) -------------------------------------------------------------------------
+GARBLED = '<tool_call>node_info(node_name="MARZ", graph_type="solar")</tool_call>'
+NOT_FOUND = U('<tool_response>\n<error>Entity "MARZ" not found in KG; the closest names are "Mars"</error>\n'
+              '</tool_response>')
+
+
+def test_grounding_penalises_unseen_answers_missing_entities_and_retried_failures() -> None:
+    assert grounding_reward([omne_episode()]) == [0.0]  # Phobos copied from node_info's response
+    assert grounding_reward([omne_episode("<think>x</think><answer>PHOBOS</answer>")]) == [pytest.approx(-0.5)]
+    assert grounding_reward([omne_episode("<think>x</think><answer>Deimos</answer>")]) == [pytest.approx(-0.5)]
+    assert grounding_reward([omne_episode("<think>x</think>")]) == [0.0]  # no answer: the answer rewards judge it
+    recovered = [A(f"<think>x</think>{GARBLED}"), NOT_FOUND, A(f"<think>Mars, as listed.</think>{INFO}"), R2,
+                 A("<think>x</think><answer>Phobos</answer>")]
+    assert grounding_reward([recovered]) == [pytest.approx(-0.25)]  # one call named a missing entity
+    looped = [A(f"<think>x</think>{GARBLED}"), NOT_FOUND, A(f"<think>again</think>{GARBLED}"), NOT_FOUND,
+              A("<think>x</think><answer>MARZ</answer>")]
+    # two missing-entity calls, one retried failure, an answer only an error echoed: capped at -1
+    assert grounding_reward([looped]) == [pytest.approx(-1.0)]
+    assert grounding_reward([looped], options=RewardOptions(grounding_unseen_penalty=0.0,
+                                                           grounding_retry_penalty=0.1)) == [pytest.approx(-0.6)]
+    assert omne_stage3_reward([recovered], answers=[["Phobos"]]) == [pytest.approx(1.0)]  # no repetition there
+
+
 # ----- registry ---------------------------------------------------------------------------------------------------
 def test_registry_builds_named_weighted_trl_functions() -> None:
-    assert set(REWARDS) == {"omne_stage1", "omne_stage3", "kg_r1", "kg_reasoner", "kg_hopper", "eog"}
+    assert set(REWARDS) == {"omne_stage1", "omne_stage3", "kg_r1", "kg_reasoner", "kg_hopper", "eog", "grounding"}
     stage1, path = build_reward_functions(["omne_stage1", "eog"], [1.0, 0.5], eog_path_start_step=0)
     assert (stage1.__name__, path.__name__) == ("omne_stage1", "eog")
     text = "<think>Mars is orbited by Phobos.</think><answer>Phobos</answer>"

@@ -549,6 +549,16 @@ def graph_name_misses(t: Trajectory) -> tuple[int, int]:
     return unknown, other
 
 
+def answer_from_tools(t: Trajectory) -> bool:
+    """The episode's answer, exactly as written (case included: EM is exact), is a whole name in one of its
+    successful tool responses: copied from what the tools showed, not retyped or made up."""
+    answer = (t.answer or "").strip()
+    if not answer:
+        return False
+    pattern = re.compile(r"(?<![\w-])" + re.escape(answer) + r"(?![\w-])")
+    return any(c.ok and pattern.search(c.response or "") for c in t.tool_calls)
+
+
 OUTCOMES = ("correct", "stopped_on_path", "misspelled_answer", "start_not_reached", "no_answer", "wrong_answer")
 _MISSPELLED_RATIO = 0.8  # difflib similarity of a wrong answer to a gold answer above which it counts as retyped
 
@@ -603,6 +613,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
     histogram: Counter[int] = Counter()
     finish: Counter[str] = Counter()
     repeated = invalid = retrieved = unknown_graph = other_graph = 0
+    answered = from_tools = missing_entity = 0
     coverage: list[float] = []
     efficiency_values: list[float] = []
     outcomes: Counter[str] = Counter()
@@ -619,6 +630,10 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         unknown_graph += unknown
         other_graph += other
         retrieved += _retrieved(t)
+        if (t.answer or "").strip():
+            answered += 1
+            from_tools += answer_from_tools(t)
+        missing_entity += sum(1 for c in t.tool_calls if c.error_type == "entity_not_found")
         gold_path = gold_paths.get(t.qa_id) if gold_paths else None
         if (outcome := episode_outcome(t, gold_path)) is not None:
             outcomes[outcome] += 1
@@ -644,6 +659,11 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         tool_calls_histogram={str(k): histogram[k] for k in sorted(histogram)},
         finish=dict(sorted(finish.items())),
         retrieval_rate=retrieved / n,
+        answered_episodes=answered,
+        answer_from_tools_share=from_tools / answered if answered else 0.0,
+        missing_entity_calls_per_sample=missing_entity / n,
+        missing_entity_call_share=missing_entity / max(1, sum(len(t.tool_calls) for t in trajs)),
+        repeated_call_finish_share=finish["repeated_call"] / n,
         gold_triple_coverage=float(np.mean(coverage)) if coverage else 0.0,
         exploration_efficiency=float(np.mean(efficiency_values)) if efficiency_values else 0.0,
         exploration_episodes=len(coverage),

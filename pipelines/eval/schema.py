@@ -90,6 +90,13 @@ class Behaviour(BaseModel):
     tool_calls_histogram: dict[str, int] = Field(default_factory=dict)  # calls per episode -> episodes
     finish: dict[str, int] = Field(default_factory=dict)  # answer / max_rounds / max_tokens / no_action / repeated_call
     retrieval_rate: float = 0.0  # share of episodes where a gold answer entity appears in a tool response
+    # the graphs users bring (LightRAG's upper-case names): does the agent answer with a name the tools showed, name
+    # entities that exist, and stop retrying a failed call?
+    answered_episodes: int = 0  # episodes with a non-empty answer
+    answer_from_tools_share: float = 0.0  # of the answered: the answer, exactly as written, named in a successful response
+    missing_entity_calls_per_sample: float = 0.0  # calls that named an entity not in the graph (entity_not_found)
+    missing_entity_call_share: float = 0.0  # those calls / all calls
+    repeated_call_finish_share: float = 0.0  # episodes ended for repeating the same call (finish repeated_call)
     gold_triple_coverage: float = 0.0  # EoG: share of validated gold-path triples named in the think text
     exploration_efficiency: float = 0.0  # EoG: gold triples named in think / all KG triples named in think
     exploration_episodes: int = 0  # episodes with validated gold triples (0: exploration metrics not computed)

@@ -115,3 +115,28 @@ def leaked_names(question: str, path: list[str], answer: str, generic: frozenset
                 any(distinctive(p, generic) and p in present for p in parts):
             leaked.append(name)
     return leaked
+
+
+def written_name(name: str, texts: Iterable[str] = ()) -> str:
+    """``name`` as a person writes it in a question. A name in upper case (LightRAG's entity ids: "BUILDINGS
+    DEPARTMENT") takes the casing of its first mention in ``texts`` (the descriptions LightRAG wrote it from) that
+    is not in upper case; without one, each word is capitalised ("Buildings Department", "Radium-213"), function
+    words after the first in lower case, and words of up to three letters kept as they are ("BS 8500", "UK").
+    Any other name is kept as it is."""
+    if not any(ch.isupper() for ch in name) or any(ch.islower() for ch in name):
+        return name
+    for text in texts:
+        for start, end in find_name(text, name) or []:
+            mention = text[start:end]
+            if any(ch.islower() for ch in mention):
+                return mention
+    words = []
+    for index, word in enumerate(name.split(" ")):
+        letters = sum(ch.isalpha() for ch in word)
+        if index and word.lower() in STOPWORDS:
+            words.append(word.lower())
+        elif letters <= 3:
+            words.append(word)
+        else:
+            words.append(re.sub(r"[^\W\d_]+", lambda m: m.group(0)[:1] + m.group(0)[1:].lower(), word))
+    return " ".join(words)

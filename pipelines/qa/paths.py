@@ -16,7 +16,7 @@ from scipy.sparse import csgraph
 
 from pipelines.kg.model import KnowledgeGraph, normalise_key
 from pipelines.qa.models import PathEdge
-from pipelines.qa.names import generic_words, usable_name
+from pipelines.qa.names import generic_words, usable_name, written_name
 from pipelines.qa.phrases import Phrasebook, PhraseLexicon
 
 
@@ -66,6 +66,18 @@ class RelationGraph:
     def generic_words(self) -> frozenset[str]:
         """Words that never give an entity away in this graph (the leak rules' exceptions)."""
         return generic_words(self.names, self.phrasebook.words())
+
+    def written_name(self, node: int) -> str:
+        """How a question names ``node``: as stored in a graph of shared labels (a triples export keeps its names'
+        case); in a LightRAG or text graph an upper-case name as its descriptions write it (``written_name``)."""
+        name = self.names[node]
+        if self.shared_labels:
+            return name
+        cache = self.__dict__.setdefault("_written", {})
+        if node not in cache:
+            texts = [self.descriptions[node], *(self.rel_descriptions[r] for r, _, _ in self.incident[node])]
+            cache[node] = written_name(name, texts)
+        return cache[node]
 
     def phraseable(self, relation: int) -> bool:
         return self.phrasebook.relation(relation) is not None

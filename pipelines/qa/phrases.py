@@ -290,6 +290,21 @@ def _plain(pattern: str) -> bool:
     return 0 < len(words) <= 8 and not any(ch.isdigit() for ch in "".join(words))
 
 
+_PLURAL_VERBS = {"are": "is", "were": "was", "have": "has"}
+
+
+def singular_subject(statement: str) -> str:
+    """A per-edge statement with its verb in the singular ("{head} are cast in {tail}" -> "{head} is cast in
+    {tail}"): its subject slot takes "which material" or "a process" in questions far more often than a plural
+    name ("Which material are used ..." was a defect), and a name reads as one thing."""
+    for end in ("{head} ", "{tail} "):
+        if statement.startswith(end):
+            verb, _, rest = statement[len(end):].partition(" ")
+            if verb.lower() in _PLURAL_VERBS:
+                return f"{end}{_PLURAL_VERBS[verb.lower()]} {rest}".rstrip()
+    return statement
+
+
 def edge_statement(description: str, head: str, tail: str) -> str | None:
     """A per-edge statement: the first sentence of the edge's description that names both ends once,
     at most MAX_EDGE_SENTENCE_WORDS words; None when no sentence can phrase the edge."""
@@ -386,7 +401,7 @@ class Phrasebook:
             return self.by_label[label]
         if rel not in self._edges:
             statement = edge_statement(self.descriptions[rel], self.names[self.src[rel]], self.names[self.dst[rel]])
-            self._edges[rel] = derive_forms(statement) if statement else None
+            self._edges[rel] = derive_forms(singular_subject(statement)) if statement else None
         return self._edges[rel]
 
     def noun(self, node: int) -> str:

@@ -57,8 +57,9 @@ def _sentence(text: str, *names: str) -> str:
     return text if any(n and text.startswith(n) for n in names) else text[:1].upper() + text[1:]
 
 
-WRITER_VERSION = 3  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
-# (3: a question or sentence that starts with a lower-case name keeps it as written)
+WRITER_VERSION = 4  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
+# (3: a question or sentence that starts with a lower-case name keeps it as written; 4: LightRAG/text graphs'
+# upper-case names written as their descriptions write them, per-edge verbs in the singular)
 MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at most three in all)
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
@@ -150,8 +151,8 @@ def write_question(graph: RelationGraph, start: int, steps: list[Step], known: i
     phrases: list[RelationPhrases] = hops  # type: ignore[assignment]
     nouns = [book.noun(n) for n in nodes]
     forward = [step.forward for step in steps]
-    start_name, k = graph.names[start], len(steps)
-    names = {i: graph.names[nodes[i]] for i in range(1, min(known, k - 1) + 1)}
+    start_name, k = graph.written_name(start), len(steps)
+    names = {i: graph.written_name(nodes[i]) for i in range(1, min(known, k - 1) + 1)}
     if k == 1:
         question = _ask(phrases[0], forward[0], start_name, nouns[1])
     elif k == 2 and (bridge := _describe(phrases[0], forward[0], start_name, nouns[1])) is not None:

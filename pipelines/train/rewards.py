@@ -77,7 +77,7 @@ ERROR_MARK = "<error>"  # how a failed tool call renders (calls.ToolError.render
 __all__ = [
     "JUDGED_REWARDS", "REWARDS", "REWARD_PROTOCOLS", "TURN_SCORES", "Episode", "FormatChecks", "KGR1Score",
     "RewardOptions", "Step", "TurnRewards", "build_reward_functions", "check_reward_protocols",
-    "completion_messages", "eog_reward", "kg_hopper_reward", "kg_r1_reward", "kg_r1_scores", "kg_reasoner_reward",
+    "completion_messages", "eog_reward", "grounding_reward", "kg_hopper_reward", "kg_r1_reward", "kg_r1_scores", "kg_reasoner_reward",
     "omne_format_checks", "omne_stage1_reward", "omne_stage3_reward", "parse_episode", "prediction",
     "repetitions", "search_format_ok", "think_text", "trajectory_messages", "training_step", "valid_searches",
     "weighted_turn_rewards",
@@ -107,6 +107,10 @@ class RewardOptions(BaseModel):
     # EoG (004)
     eog_path_start_step: int = Field(75, ge=0)  # K: outcome only before it
     eog_path_weight: float = Field(0.2, ge=0.0, le=1.0)  # λ
+    # grounding (the graphs users bring)
+    grounding_unseen_penalty: float = Field(0.5, ge=0.0)  # an answer no successful tool response showed as written
+    grounding_missing_penalty: float = Field(0.25, ge=0.0)  # per call naming an entity not in the graph
+    grounding_retry_penalty: float = Field(0.5, ge=0.0)  # per call repeating a failed call
     # LLM judge (KG-Hopper)
     judge_max_tokens: int = Field(512, ge=1)
     judge_repair_rounds: int = Field(1, ge=0)
@@ -407,6 +411,43 @@ def omne_stage3_reward(completions: Sequence[Completion], *, options: RewardOpti
     return out
 
 
+def _copied(answer: str, response: str) -> bool:
+    """``answer`` stands in ``response`` as a whole name, exactly as written (case included: EM is exact)."""
+    return re.search(r"(?<![\w-])" + re.escape(answer) + r"(?![\w-])", response) is not None
+
+
+def grounding_reward(completions: Sequence[Completion], *, options: RewardOptions | None = None,
+                     **kwargs: Any) -> list[float]:
+    """What transfers to the graphs users bring (LightRAG's upper-case names; docs/rl.md, "Grounding"), as
+    penalties only, so that nothing is paid for an answer that is merely well copied (a policy would learn to answer
+    the start entity): ``− grounding_unseen_penalty`` for an answer that no successful tool response showed exactly
+    as written, ``− grounding_missing_penalty`` for each call that named an entity the graph does not have, and
+    ``− grounding_retry_penalty`` for each call that repeats a call which had failed (the loop that ended a quarter
+    of the episodes on an unseen LightRAG graph). 0 at best, at least −1."""
+    options = options or RewardOptions()
+    out = []
+    for completion in completions:
+        episode = parse_episode(completion, OmneProtocol.response_tag)
+        answer = (prediction(episode) or "").strip()
+        copied = bool(answer) and any(_copied(answer, step.response or "") for step in episode.steps
+                                      if _response_ok(step.response))
+        missing = retried = 0
+        failed: set[str] = set()
+        for step in episode.steps:
+            calls = _blocks(step.text, OmneProtocol.call_tag)
+            if not calls or step.response is None:
+                continue
+            key = " ".join(calls[0].split()).casefold()
+            retried += key in failed
+            if not _response_ok(step.response):
+                failed.add(key)
+                missing += "not found in KG" in step.response and "Entity" in step.response
+        unseen = bool(answer) and not copied
+        out.append(max(-1.0, -options.grounding_unseen_penalty * unseen - options.grounding_missing_penalty * missing
+                       - options.grounding_retry_penalty * retried))
+    return out
+
+
 # ----- turn-level credit -------------------------------------------------------------------------------------
 class TurnRewards(BaseModel):
     """A completion's reward as turn-level credit sees it: ``r_t`` per assistant turn (empty for a reward
@@ -683,6 +724,7 @@ REWARDS: dict[str, RewardFunction] = {
     "kg_reasoner": kg_reasoner_reward,
     "kg_hopper": kg_hopper_reward,
     "eog": eog_reward,
+    "grounding": grounding_reward,
 }
 
 # the protocols whose tags each reward parses (tag discipline, calls, responses); EoG reads only the <think> and
@@ -694,6 +736,7 @@ REWARD_PROTOCOLS: dict[str, tuple[str, ...]] = {
     "kg_reasoner": ("search",),
     "kg_hopper": ("search",),
     "eog": ("omne", "kg_r1", "search"),
+    "grounding": ("omne",),
 }
 # rewards with a per-turn form for ``credit: turn`` (the others contribute only their global reward)
 TURN_SCORES: dict[str, Callable[..., Sequence[TurnRewards]]] = {"kg_r1": kg_r1_scores}

@@ -37,7 +37,7 @@ from pipelines.eval.metrics import exact_match
 from pipelines.kg.model import shown_type
 from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conversations_dir
 from pipelines.qa.models import GoldPath, QAPair
-from pipelines.qa.names import mentions
+from pipelines.qa.names import find_name, mentions
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.template import (
     filled_questions,
@@ -188,6 +188,14 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
     return variant if variant != name else None
 
 
+def question_spelling(question: str, name: str) -> str:
+    """How ``question`` writes the entity ``name``: a LightRAG graph's "RADIUM-213" is "Radium-213" in its
+    questions (pipelines.qa.names.written_name), and the model looks up what it reads, then copies the graph's
+    spelling from the matcher's answer. ``name`` itself when the question does not name it."""
+    spans = find_name(question, name) or []
+    return question[spans[0][0]:spans[0][1]] if spans else name
+
+
 def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient, *, mode: str = "think",
                           path_index: int = 0, misspell: random.Random | None = None,
                           graph: RelationGraph | None = None, graph_name: str | None = None,
@@ -216,7 +224,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     edges = valid[path_index].edges if valid else pair.path_edges
     domain, start = pair.domain, nodes[0]
     shown = graph_name or domain
-    question, query = pair.question, start
+    question, query = pair.question, question_spelling(pair.question, start)
     start_as = misspelled_name(start, misspell) if misspell is not None else None
     if misspell is not None:
         if start_as is None or pair.question.count(start) != 1:
