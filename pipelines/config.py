@@ -399,7 +399,8 @@ class RLParams(_Section):
     # entity_matcher, and a policy learns to answer the start entity; eog's gold-path coverage of the thinking
     # (from step 0) pays for the walk (docs/results.md, "Stages 1 and 3: RL")
     # ... and whole SFT-model turns (128 tokens) for up to agent.max_rounds rounds: a 2-hop walk takes 4
-    stage3: RLStageParams = RLStageParams(rewards=["omne_stage3", "eog", "grounding"], reward_options={"eog_path_start_step": 0},
+    stage3: RLStageParams = RLStageParams(rewards=["omne_stage3", "eog", "grounding"],
+                                          reward_options={"eog_path_start_step": 0},
                                           max_steps=8, learning_rate=5e-5, max_new_tokens=128, max_rounds=None,
                                           val_questions=0, eval_every=4, gradient_checkpointing=True,
                                           logprob_chunk_tokens=256, backend="onnx")

@@ -24,6 +24,7 @@ from pipelines.train.rewards import (
     build_reward_functions,
     check_reward_protocols,
     eog_reward,
+    grounding_reward,
     kg_hopper_reward,
     kg_r1_reward,
     kg_r1_scores,
@@ -39,7 +40,6 @@ from pipelines.train.rewards import (
     trajectory_messages,
     weighted_turn_rewards,
 )
-from pipelines.train.rewards import grounding_reward
 
 
 def A(text: str) -> dict[str, str]:  # noqa: N802 - short message builders keep the cases readable

@@ -77,7 +77,8 @@ ERROR_MARK = "<error>"  # how a failed tool call renders (calls.ToolError.render
 __all__ = [
     "JUDGED_REWARDS", "REWARDS", "REWARD_PROTOCOLS", "TURN_SCORES", "Episode", "FormatChecks", "KGR1Score",
     "RewardOptions", "Step", "TurnRewards", "build_reward_functions", "check_reward_protocols",
-    "completion_messages", "eog_reward", "grounding_reward", "kg_hopper_reward", "kg_r1_reward", "kg_r1_scores", "kg_reasoner_reward",
+    "completion_messages", "eog_reward", "grounding_reward", "kg_hopper_reward", "kg_r1_reward", "kg_r1_scores",
+    "kg_reasoner_reward",
     "omne_format_checks", "omne_stage1_reward", "omne_stage3_reward", "parse_episode", "prediction",
     "repetitions", "search_format_ok", "think_text", "trajectory_messages", "training_step", "valid_searches",
     "weighted_turn_rewards",
