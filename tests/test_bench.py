@@ -29,7 +29,7 @@ WORKERS = 3
 # the slowest first, so that the pool ends together
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
            "sft_precision", "sft_packing", "sft_lm_head", "sft_lora_layers", "graph_names", "rl_step", "eval_slots", "node_info_order",
-           "onnx_quant"]
+           "onnx_quant", "unseen_graph"]
 COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
@@ -284,6 +284,16 @@ def check_graph_names(results: dict[str, Any]) -> list[str]:
     return ["scores.n"]
 
 
+def check_unseen_graph(results: dict[str, Any]) -> list[str]:
+    assert results["domain"] == "solar_lightrag" and results["in_domain"] is None  # a rendered toy graph, no reference
+    unseen, keywords = results["unseen"], results["keywords"]
+    assert unseen["n"] == keywords["n"] == results["paired_phrases_keywords"]["overall"]["n"] >= 2
+    assert 0 <= unseen["em_wilson95"][0] <= unseen["em"] <= unseen["em_wilson95"][1] <= 1
+    assert set(unseen["behaviour"]) >= {"answer_from_tools_share", "missing_entity_call_share",
+                                        "repeated_call_finish_share"}
+    return ["unseen.n", "keywords.n"]
+
+
 def check_transfer(results: dict[str, Any]) -> list[str]:
     assert results["held_out"] == "solar" and results["trained_on"] == ["sun_notes"]
     paired = results["paired"]["overall"]
@@ -320,7 +330,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "rl_curve": check_rl_curve, "rl_step": check_rl_step, "eval_slots": check_eval_slots, "sft": check_sft,
     "sft_precision": check_sft_precision, "sft_packing": check_sft_packing, "sft_lm_head": check_sft_lm_head, "sft_lora_layers": check_sft_lora_layers,
     "orchestration": check_orchestration, "reliability": check_reliability, "node_info_order": check_node_info_order,
-    "onnx_quant": check_onnx_quant}
+    "onnx_quant": check_onnx_quant, "unseen_graph": check_unseen_graph}
 
 
 def test_every_bench_script_has_a_toy_check() -> None:
