@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, BenchParser, args_record, load_average, load_line, machine_info, verdict, write_results  # noqa: E402
-from graph_names import evaluation, omne, project_params, score_line, toy_params  # noqa: E402
+from graph_names import evaluation, omne, project_params, toy_params  # noqa: E402
 
 from pipelines.eval.compare import compare_reports  # noqa: E402
 from pipelines.eval.stats import wilson_interval  # noqa: E402
@@ -46,7 +46,8 @@ HELD_OUT = ROOT / "kg_assets" / "heldout" / "graph.graphml"  # the project's own
 def parse_args(argv: list[str] | None) -> Any:
     parser = BenchParser("unseen_graph", description=__doc__, seeded=False, params=False,
                          toy={"model": "base", "limit": 3, "ablate_phrases": True},
-                         toy_note="a LightRAG rendering of a tiny triples graph, the tiny random llama, 3 + 3 questions")
+                         toy_note="a LightRAG rendering of a tiny triples graph, the tiny random llama, 3 + 3 "
+                                  "questions")
     parser.add_argument("--graph", type=Path, default=HELD_OUT, help="the unseen LightRAG GraphML file")
     parser.add_argument("--name", default=None, help="the domain name it gets (default: its folder's name)")
     parser.add_argument("--model", default=str(ROOT / "artifacts" / "models" / "sft"),
