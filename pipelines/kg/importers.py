@@ -199,7 +199,17 @@ def read_entities(path: Path) -> pl.DataFrame:
 
 
 def _split_sep(value: object) -> list[str]:
-    return [part.strip() for part in str(value or "").split(LIGHTRAG_SEP) if part.strip()]
+    return [part for part in (_unquoted(p) for p in str(value or "").split(LIGHTRAG_SEP)) if part]
+
+
+def _unquoted(text: str) -> str:
+    """A LightRAG value without the literal quotes its legacy format (2024) wrapped ids, types, descriptions and
+    keywords in (``"SCROOGE"``, ``"PERSON"``; a malformed ``("GEO"`` too): quotes are LightRAG's, not the name's."""
+    text = text.strip()
+    stripped = text.lstrip('(').strip('"').strip()
+    if text.startswith(('"', '("')) and (text.endswith('"') or text.startswith('("')) and stripped:
+        return stripped
+    return text
 
 
 def read_lightrag_graphml(path: Path) -> RawGraph:
@@ -224,7 +234,7 @@ def lightrag_records(graph: nx.Graph, path: Path) -> RawGraph:
     names: dict[object, str] = {}
     entity_rows = []
     for node, attrs in graph.nodes(data=True):
-        name = str(attrs.get("entity_id") or node).strip()
+        name = _unquoted(str(attrs.get("entity_id") or node))
         if not name:
             raise KGSourceError(f"{path}: node {node!r} has an empty entity_id")
         names[node] = name
