@@ -34,7 +34,7 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
     assert records and result.manifest.rows["conversations"] == len(records)
     assert result.manifest.metadata["format_problems"] == 0
     assert result.manifest.params["template_version"] == TEMPLATE_VERSION  # a new template text rebuilds them
-    for record in records:
+    for record in (r for r in records if not r.id.endswith("-r")):  # (recovery walks: their own test below)
         pair = train[record.id.rsplit("-t", 1)[0]]
         assert format_problems(record) == [] and record.golden_answer == pair.answer
         turns = record.conversations
@@ -145,10 +145,11 @@ def test_filled_question_thinking_copies_the_question_with_each_entity_reached_n
 def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_qa: Params) -> None:
     import re
 
-    build_sft_conversations(solar_qa, progress=False)
-    plain_ids = {r.id for r in read_sft_conversations(solar_qa)}
+    plain = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"recovery_fraction": 0.0})})
+    build_sft_conversations(plain, progress=False)
+    plain_ids = {r.id for r in read_sft_conversations(plain)}
     params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
-        update={"misspelled_start_fraction": 1.0})})
+        update={"misspelled_start_fraction": 1.0, "recovery_fraction": 0.0})})
     result = build_sft_conversations(params, progress=False)
     records = read_sft_conversations(params)
     train = {p.id: p for p in load_split(params, "train")}
@@ -166,6 +167,30 @@ def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_q
         assert format_problems(record) == [] and start in record.conversations[2]["value"]  # the matcher shows it
     # the same pairs as without misspellings: one whose start cannot be misspelled or found keeps its plain form
     assert {r.id.removesuffix("-m") for r in records} == plain_ids
+
+
+def test_recovery_conversations_copy_the_closest_name_after_not_found(solar_qa: Params) -> None:
+    import re
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"recovery_fraction": 1.0, "misspelled_start_fraction": 0.0})})
+    result = build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    train = {p.id: p for p in load_split(params, "train")}
+    recovered = [r for r in records if r.id.endswith("-r")]
+    assert recovered and result.manifest.rows["not_found_recovery"] == len(recovered)
+    for record in recovered:
+        start = train[record.id.rsplit("-t", 1)[0]].path[0]
+        gpt = [t["value"] for t in record.conversations if t["from"] == "gpt"]
+        calls = [re.findall(r'(\w+)\(node_name="([^"]*)"', text)[0] for text in gpt[:2]]
+        (first, written), (second, copied) = calls
+        assert (first, second) == ("node_info", "node_info") and written != start and copied == start
+        failed = record.conversations[2]["value"]
+        assert "not found in KG; the closest names are" in failed and f'"{start}"' in failed
+        assert f"The closest name listed is {start}; I copy it exactly." in gpt[1]
+        assert format_problems(record) == []
+    # a pair whose misspelling the index resolves itself (or does not list) keeps its plain form
+    assert len(recovered) < len(records) and not any(r.id.endswith("-m") for r in records)
 
 
 def test_path_thoughts_walk_the_path_relation_by_relation() -> None:

@@ -200,7 +200,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           path_index: int = 0, misspell: random.Random | None = None,
                           graph: RelationGraph | None = None, graph_name: str | None = None,
                           specs: str = "json", relation_descriptions: bool = True,
-                          neighbor_types: bool = False, filled_question: bool = False) -> SFTConversation | None:
+                          neighbor_types: bool = False, filled_question: bool = False,
+                          recover: bool = False) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -214,7 +215,9 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     relation_descriptions), and so whether the thinking may quote them; ``neighbor_types``: whether node_info shows
     the neighbours' types (tools.neighbor_types), and so whether the thinking checks them (``type_check``);
     ``filled_question``: what is left of the question is the question with the entities reached named in it
-    (``sft_data.thinking: filled_question``; ``path_reading``).
+    (``sft_data.thinking: filled_question``; ``path_reading``). ``recover`` (with ``misspell``): the first call is
+    node_info on the misspelling, which fails with the closest names listed, and the next copies the exact name
+    (``sft_data.recovery_fraction``; None when the index resolves the misspelling itself or does not list the name).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -246,12 +249,25 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                if graph is not None else None)
     thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
-    call = _call("entity_matcher", query, shown)
-    turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
-    response = observe("entity_matcher", query, start)
-    if response is None:
-        return None
-    turns.append({"from": "observation", "value": response})
+    if recover:  # node_info on the misspelling first: "not found", the closest names listed, the exact one copied
+        if start_as is None:
+            return None
+        first = tools.call(_call("node_info", query, domain), graph_type=domain, episode_id=episode_id,
+                           question=question)
+        if first.ok or not mentions(first.content, start):  # the index resolved it itself, or does not list it
+            return None
+        call = _call("node_info", query, shown)
+        turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
+        turns.append({"from": "observation", "value": protocol.response_message(first.content)})
+        thoughts[1] = (f"{query} is not in the graph, and the same call would fail again. The closest name listed is "
+                       f"{start}; I copy it exactly.")
+    else:
+        call = _call("entity_matcher", query, shown)
+        turns.append({"from": "gpt", "value": _gpt(thoughts[0], f"<tool_call>{call}</tool_call>", mode)})
+        response = observe("entity_matcher", query, start)
+        if response is None:
+            return None
+        turns.append({"from": "observation", "value": response})
     for i, node in enumerate(nodes[:hops]):
         call = _call("node_info", node, shown)
         turns.append({"from": "gpt", "value": _gpt(thoughts[i + 1], f"<tool_call>{call}</tool_call>", mode)})
@@ -260,7 +276,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
             return None
         turns.append({"from": "observation", "value": response})
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
-    return SFTConversation(id=f"{pair.id}-t{path_index}" + ("-m" if start_as else ""), graph_type=shown,
+    suffix = ("-r" if recover else "-m") if start_as else ""
+    return SFTConversation(id=f"{pair.id}-t{path_index}{suffix}", graph_type=shown,
                            question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
                            tools=tool_schemas(protocol.tools), conversations=turns, source="template",
                            bucket=pair.bucket, domain=domain if shown != domain else None)
@@ -497,7 +514,11 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                 naming = random.Random(f"{settings.seed}:{pair.id}:{index}:graph")  # own draws: adding it moved nothing
                 shown = (graph_alias(naming, words, registered)
                          if naming.random() < settings.renamed_graph_share else None)
-                if rng.random() < settings.misspelled_start_fraction:
+                draw = rng.random()
+                if draw < settings.recovery_fraction:
+                    record = template_conversation(pair, gold, tools, misspell=rng, recover=True, **writing,
+                                                   path_index=index, graph=graphs.get(pair.domain), graph_name=shown)
+                elif draw < settings.recovery_fraction + settings.misspelled_start_fraction:
                     record = template_conversation(pair, gold, tools, misspell=rng, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown)
                 if record is None:
@@ -541,6 +562,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             "sft_conversations", files=sha256_files([tmp / CONVERSATIONS_FILE], tmp), inputs=inputs,
             params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped,
                                  "misspelled_start": sum(r.id.endswith("-m") for r in records),
+                                 "not_found_recovery": sum(r.id.endswith("-r") for r in records),
                                  "renamed_graph": sum(r.domain is not None for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
                       "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,
