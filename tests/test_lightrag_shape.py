@@ -516,8 +516,18 @@ def test_written_name_takes_a_mixed_case_mention_else_title_case() -> None:
     assert written_name("SS CYRIL AND METHODIUS UNIVERSITY", []) == "SS Cyril and Methodius University"
     assert written_name("SS CYRIL AND METHODIUS UNIVERSITY", ["Ss Cyril and Methodius University is in Skopje."]) \
         == "Ss Cyril and Methodius University"
+    # a leading article is a word of the name ("The"), a short leading word an acronym ("IT")
+    assert written_name("THE BUILDINGS DEPARTMENT") == "The Buildings Department"
+    assert written_name("IT DEPARTMENT") == "IT Department"
     for name in ("Radium-213", "iPhone", "abc.ABC", "2024"):  # lower-case letters (or none): kept as it is
         assert written_name(name, [name.upper(), name.lower()]) == name
+
+
+def test_short_ies_verbs_keep_their_e() -> None:
+    from pipelines.qa.phrases import base_verb, derive_forms
+
+    assert [base_verb(w) for w in ("lies", "dies", "applies", "decays")] == ["lie", "die", "apply", "decay"]
+    assert derive_forms("{head} lies on {tail}").ask_tail == "Which {type} does {head} lie on?"
 
 
 def test_questions_on_the_lightrag_graph_write_names_as_people_do_and_verbs_in_the_singular(

@@ -133,8 +133,10 @@ def written_name(name: str, texts: Iterable[str] = ()) -> str:
     words = []
     for index, word in enumerate(name.split(" ")):
         letters = sum(ch.isalpha() for ch in word)
-        if index and word.lower() in STOPWORDS:
+        if index and word.lower() in STOPWORDS:  # "OF" -> "of"
             words.append(word.lower())
+        elif not index and word.lower() in {"the", "an"}:  # a leading article: "The" ("IT" stays an acronym)
+            words.append(word[:1] + word[1:].lower())
         elif letters <= 3:
             words.append(word)
         else:

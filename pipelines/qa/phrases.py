@@ -137,7 +137,7 @@ def base_verb(word: str) -> str | None:
     if not w.isalpha() or len(w) < 4 or not w.endswith("s") or w.endswith(("ss", "us", "is")):
         return None
     if w.endswith("ies"):
-        return w[:-3] + "y"
+        return w[:-3] + "y" if len(w) > 4 else w[:-1]  # "applies" -> "apply", but "lies" -> "lie"
     if w.endswith(("sses", "shes", "ches", "xes", "zes", "oes")):
         return w[:-2]
     return w[:-1]
