@@ -97,6 +97,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="evaluation questions per bucket (default: eval.limit, as omne eval)")
     parser.add_argument("--cap", type=int, default=None, metavar="N",
                         help="node_info_max_neighbors of the cost runs (default: the params', the quick profile's 8)")
+    parser.add_argument("--domain", action="append", default=None, metavar="D",
+                        help="only these domains' questions (repeatable), e.g. the LightRAG graphs")
+    parser.add_argument("--unlabelled-relations", choices=["phrase", "keywords"], default=None,
+                        help="tools.unlabelled_relations: how node_info labels a LightRAG graph's relations "
+                             "(default: the params')")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
                         help="torch threads (the encoder of the cold runs); 0: torch's default (one per core)")
     args = parser.parse_args(argv)
@@ -307,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         args.params = toy_project(build="qa")
     params = load_params(args.params, args.profile)
     ensure_dataset(params, args.params, args.profile)
+    if args.unlabelled_relations:
+        params = with_tools(params, unlabelled_relations=args.unlabelled_relations)
+    if args.domain:
+        params = params.model_copy(update={"eval": params.eval.model_copy(update={"domains": args.domain})})
     limit = params.eval.limit if args.limit is None else args.limit
     chosen = samples(params, limit, args.train_pairs)
     if not chosen["test"]:
@@ -336,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                   "hops": {split: sum(len(p.path) - 1 for p in pairs) for split, pairs in chosen.items()},
                   "eval_limit": limit, "train_pairs": args.train_pairs,
                   "seed": params.eval.seed, "domains": domains, "params_order": params.tools.node_info_order,
+                  "unlabelled_relations": params.tools.unlabelled_relations,
                   "params_cap": params.tools.node_info_max_neighbors, "repeat": args.repeat,
                   "torch_threads": torch.get_num_threads()},
         "positions": where,
