@@ -67,9 +67,10 @@ def test_shared_statement_cuts_qualifiers_and_needs_most_edges_to_agree() -> Non
 
 def test_edge_statement_uses_a_sentence_naming_both_ends_never_the_keywords() -> None:
     text = "Ready-mix deliveries.<SEP>ACME CONCRETE LTD supplies GRADE 30 CONCRETE to the site."
-    assert edge_statement(text, "ACME CONCRETE LTD", "GRADE 30 CONCRETE") == "{head} supplies {tail} to the site"
+    # what it says after its second end is left out: a 3+-hop question keeps only what relates the two
+    assert edge_statement(text, "ACME CONCRETE LTD", "GRADE 30 CONCRETE") == "{head} supplies {tail}"
     assert edge_statement("Offcuts are collected weekly.<SEP>Skips on site.", "TIMBER", "WASTE CARRIER") is None
-    long = "ACME supplies GRAVEL " + "and many other things " * 6 + "."
+    long = "ACME " + "and many other firms " * 3 + "supply GRAVEL."
     assert edge_statement(long, "ACME", "GRAVEL") is None  # too long to read inside a 3+-hop question
 
 

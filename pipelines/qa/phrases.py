@@ -33,6 +33,7 @@ from pipelines.qa.names import STOPWORDS, find_name
 
 PHRASES_FILE = "phrases.yaml"
 BE = {"is", "are", "was", "were"}
+AUXILIARIES = {"does", "do", "did"}
 MODALS = {"can", "could", "may", "might", "must", "shall", "should", "will", "would"}
 ARTICLES = {"the", "a", "an"}
 PREPOSITIONS = {"of", "in", "to", "by", "with", "for", "from", "on", "at", "into", "as", "about", "through",
@@ -43,6 +44,7 @@ GENERIC_TYPE_NOUNS = {"geo": "place", "category": "entity"}
 MAX_EDGE_SENTENCE_WORDS = 12  # a per-edge statement longer than this makes 3+-hop questions unreadable (LightRAG's
 # descriptions run to 30 words: at 18, 3+-hop questions on real LightRAG graphs had a median of 44 words)
 MIN_SHARED_PATTERN = 0.3  # share of a label's description sentences that must say it the same way
+_POSSESSIVE_SLOT = re.compile(r"\}(?:'|\u2019)s?\b|(?:'|\u2019)s \{")  # "{head}'s …", "one's {tail}"
 _SENTENCE_SPLIT = re.compile(r"<SEP>|\n|(?<=[.!?;])\s+(?=[A-Z\"'(])")
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
@@ -138,8 +140,8 @@ def base_verb(word: str) -> str | None:
         return None
     if w.endswith("ies"):
         return w[:-3] + "y" if len(w) > 4 else w[:-1]  # "applies" -> "apply", but "lies" -> "lie"
-    if w.endswith(("sses", "shes", "ches", "xes", "zes", "oes")):
-        return w[:-2]
+    if w.endswith(("sses", "shes", "ches", "xes", "zzes", "oes")):
+        return w[:-3] if w.endswith("zzes") else w[:-2]  # "quizzes" -> "quiz"; "symbolizes" -> "symbolize" below
     return w[:-1]
 
 
@@ -180,7 +182,7 @@ def _derive_head_first(statement: str) -> dict[str, str | None]:
         words = drop_article(statement[len("{head} "):-len("{tail}")].split())
         if words:
             first, rest = words[0], words[1:]
-            if first.lower() in BE | MODALS:
+            if first.lower() in BE | MODALS | AUXILIARIES:  # "does not include" -> "Which … does X not include?"
                 forms["ask_tail"] = _clean(f"Which {{type}} {first} {{head}} {' '.join(rest)}") + "?"
             elif (base := base_verb(first)) is not None:
                 forms["ask_tail"] = _clean(f"Which {{type}} does {{head}} {base} {' '.join(rest)}") + "?"
@@ -307,6 +309,22 @@ def singular_subject(statement: str) -> str:
     return statement
 
 
+# past tenses that do not end in -ed ("{head} held the title of …" must not become "helds")
+_IRREGULAR_PAST = frozenset("""did had held took made gave led wrote became began left met ran saw set sold spoke stood
+told went won found brought built bought thought taught fought sent spent kept felt lost paid said heard meant grew
+knew drew threw flew wore rose drove chose broke stole came fell hid got shot lit sat hung struck stuck dug fed fled
+read put cut let hit quit shut split spread cast cost hurt bore tore woke sang rang drank swam ate forgot""".split())
+def plural_name(name: str) -> bool:
+    """Whether a name reads as a plural noun ("POPLAR TREES", "Strip foundations", "The Businessmen"): its last word
+    ends in -s but not -ss, -us, -is or a possessive, or is a plural in -men, "people", "children"."""
+    words = name.split()
+    last = words[-1].lower() if words else ""
+    if last in {"people", "children", "men", "women"} or (len(last) > 4 and last.endswith("men")):  # "Businessmen"
+        return True
+    return len(last) > 3 and last.isalpha() and last.endswith("s") and not last.endswith(("ss", "us", "is"))
+
+
+_PAST_ENDINGS = tuple(sorted({p for p in _IRREGULAR_PAST if len(p) >= 4} | {"saw"}))  # "oversaw", "undertook"
 _NOT_VERBS = {"also", "often", "never", "always", "still", "only", "then", "now", "not", "and", "or", "but", "too",
               "even", "further", "later", "first", "together", "directly", "frequently", "primarily", "mainly"}
 
@@ -316,7 +334,7 @@ def _third_person(word: str) -> str | None:
     "does"); None for a word that is not one (a past or -ing form, an adverb, a modal, a capitalised word)."""
     if not word.isalpha() or not word.islower() or len(word) < 2 or word in _NOT_VERBS or word in BE | MODALS:
         return None
-    if word.endswith(("s", "ed", "ing")) or word in {"did", "had"}:
+    if word.endswith(("s", "ed", "ing", "en")) or word in _IRREGULAR_PAST or word.endswith(_PAST_ENDINGS):
         return None
     if word.endswith("ly") and word not in {"apply", "reply", "supply", "rely", "comply", "imply", "multiply"}:
         return None  # an adverb ("frequently")
@@ -338,6 +356,8 @@ def edge_statement(description: str, head: str, tail: str) -> str | None:
         if pattern is None:
             continue
         pattern = _cut_after_far_end(pattern)
+        if _POSSESSIVE_SLOT.search(pattern):  # "{head}'s pride in {tail}": "an event" cannot take the slot's place
+            continue
         words = pattern.split()
         if len(words) <= MAX_EDGE_SENTENCE_WORDS and any(w.lower() not in STOPWORDS for w in
                                                          pattern.replace("{head}", "").replace("{tail}", "").split()):
@@ -426,8 +446,13 @@ class Phrasebook:
         if label in self.by_label:
             return self.by_label[label]
         if rel not in self._edges:
-            statement = edge_statement(self.descriptions[rel], self.names[self.src[rel]], self.names[self.dst[rel]])
-            self._edges[rel] = derive_forms(singular_subject(statement)) if statement else None
+            head, tail = self.names[self.src[rel]], self.names[self.dst[rel]]
+            statement = edge_statement(self.descriptions[rel], head, tail)
+            singular = singular_subject(statement) if statement else None
+            subject = head if statement and statement.startswith("{head}") else tail
+            if statement and plural_name(subject):  # "Poplar trees symbolize(s)": no form reads well in both slots
+                singular = None
+            self._edges[rel] = derive_forms(singular) if singular else None
         return self._edges[rel]
 
     def noun(self, node: int) -> str:

@@ -60,7 +60,7 @@ def _sentence(text: str, *names: str) -> str:
 WRITER_VERSION = 4  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
 # (3: a question or sentence that starts with a lower-case name keeps it as written; 4: LightRAG/text graphs'
 # upper-case names written as their descriptions write them, per-edge statements cut after their second end, at
-# most 12 words, verbs in the singular)
+# most 12 words, verbs in the singular, no possessive slot)
 MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at most three in all)
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
