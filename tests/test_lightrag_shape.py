@@ -533,6 +533,7 @@ def test_short_ies_verbs_keep_their_e() -> None:
     # a past tense without -ed stays as it is; a possessive slot cannot take "an event"
     assert singular_subject("{head} held the title of {tail}") == "{head} held the title of {tail}"
     assert singular_subject("{head} utilize {tail}") == "{head} utilizes {tail}"
+    assert singular_subject("{head} of the PDF is part of {tail}") == "{head} of the PDF is part of {tail}"
     assert edge_statement("The Cratchit Family's Christmas Dinner symbolizes togetherness.", "THE CRATCHIT FAMILY",
                           "CHRISTMAS DINNER") is None
     assert derive_forms("{head} lies on {tail}").ask_tail == "Which {type} does {head} lie on?"

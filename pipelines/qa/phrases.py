@@ -332,7 +332,8 @@ _NOT_VERBS = {"also", "often", "never", "always", "still", "only", "then", "now"
 def _third_person(word: str) -> str | None:
     """The third-person singular of a plural present verb after a subject ("utilize" -> "utilizes", "do" ->
     "does"); None for a word that is not one (a past or -ing form, an adverb, a modal, a capitalised word)."""
-    if not word.isalpha() or not word.islower() or len(word) < 2 or word in _NOT_VERBS or word in BE | MODALS:
+    if not word.isalpha() or not word.islower() or len(word) < 2 or word in _NOT_VERBS or word in BE | MODALS \
+            or word in STOPWORDS or word in PREPOSITIONS:  # "{head} of the PDF …": "of" is no verb
         return None
     if word.endswith(("s", "ed", "ing", "en")) or word in _IRREGULAR_PAST or word.endswith(_PAST_ENDINGS):
         return None
