@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     unseen_one = results["unseen"]["by_hops"].get("1")
     ratio = (unseen_one["em"] / reference["one_hop_em"] if reference and reference["one_hop_em"] and unseen_one
              else None)
-    results["one_hop_transfer_ratio"] = round(ratio, 4) if ratio else None
+    results["one_hop_share_of_in_domain"] = round(ratio, 4) if ratio else None
     results["machine"]["load_average_at_end"] = load_average()
     b = results["unseen"]["behaviour"]
     lines = [f"unseen LightRAG graph {results['graph']!r} as {name!r}, model {args.model}; its test questions",
