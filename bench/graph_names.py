@@ -187,12 +187,20 @@ def call_counts(predictions: list[dict[str, Any]], name: str) -> dict[str, Any]:
             "unknown_graph_calls_per_question": round(sum(per_question_unknown) / max(1, len(predictions)), 3)}
 
 
+def resolved_model(model: str) -> str | None:
+    """``model`` as an absolute folder ('base' as it is); None, with the error printed, when there is none."""
+    resolved = model if model == "base" else str(Path(model).resolve())
+    if resolved != "base" and not Path(resolved).exists():
+        print(f"error: no model at {resolved} (run `make run` first, or pass --model)", file=sys.stderr)
+        return None
+    return resolved
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    model = args.model if args.model == "base" else str(Path(args.model).resolve())
-    if model != "base" and not Path(model).exists():
-        print(f"error: no model at {model} (run `make run` first, or pass --model)", file=sys.stderr)
+    model = resolved_model(args.model)
+    if model is None:
         return 2
     results: dict[str, Any] = {"benchmark": "graph_names", "date": datetime.now(UTC).isoformat(timespec="seconds"),
                                "machine": {**machine_info(), "load_average_at_start": load_average()},

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, BenchParser, args_record, load_average, load_line, machine_info, verdict, write_results  # noqa: E402
-from graph_names import evaluation, omne, project_params, toy_params  # noqa: E402
+from graph_names import evaluation, omne, project_params, resolved_model, toy_params  # noqa: E402
 
 from pipelines.eval.compare import compare_reports  # noqa: E402
 from pipelines.eval.stats import wilson_interval  # noqa: E402
@@ -135,9 +135,8 @@ def figures_line(label: str, s: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    model = args.model if args.model == "base" else str(Path(args.model).resolve())
-    if model != "base" and not Path(model).exists():
-        print(f"error: no model at {model} (run `make run` first, or pass --model)", file=sys.stderr)
+    model = resolved_model(args.model)
+    if model is None:
         return 2
     results: dict[str, Any] = {"benchmark": "unseen_graph", "date": datetime.now(UTC).isoformat(timespec="seconds"),
                                "machine": {**machine_info(), "load_average_at_start": load_average()},

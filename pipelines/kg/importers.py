@@ -19,7 +19,7 @@ import polars as pl
 from pipelines.domains import SourceSpec
 from pipelines.errors import KGSourceError
 from pipelines.kg.lightrag_render import LIGHTRAG_SEP, render_lightrag
-from pipelines.kg.model import RAW_ENTITY_SCHEMA, RAW_RELATION_SCHEMA, RawGraph
+from pipelines.kg.model import RAW_ENTITY_SCHEMA, RAW_RELATION_SCHEMA, RawGraph, json_records
 
 LIGHTRAG_GRAPHML = "graph_chunk_entity_relation.graphml"
 TEXT_SUFFIXES = {".csv", ".tsv", ".txt", ".jsonl", ".ndjson"}
@@ -66,15 +66,7 @@ def _check_utf8(path: Path) -> str:
 
 def _read_jsonl(path: Path, text: str) -> pl.DataFrame:
     rows, origins = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise KGSourceError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
-        if not isinstance(record, dict):
-            raise KGSourceError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
+    for number, record in json_records(path, text):
         rows.append({k: (v if v is None or isinstance(v, (str, int, float)) else json.dumps(v))
                      for k, v in record.items()})
         origins.append(f"{path.name}:{number}")

@@ -20,13 +20,13 @@ GraphML file (``pipelines.kg.importers.lightrag_records``); ``omne kg render-lig
 from __future__ import annotations
 
 import hashlib
-import json
 import zlib
 from pathlib import Path
 
 import networkx as nx
 
 from pipelines.errors import KGSourceError
+from pipelines.kg.model import json_records
 from pipelines.qa.names import STOPWORDS
 from pipelines.qa.phrases import PHRASES_FILE, label_statement, read_lexicon
 
@@ -79,18 +79,7 @@ def _sentence(statement: str, head: str, tail: str) -> str:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise KGSourceError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
-        if not isinstance(record, dict):
-            raise KGSourceError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
-        rows.append(record)
-    return rows
+    return [record for _, record in json_records(path, path.read_text(encoding="utf-8"))]
 
 
 def render_lightrag(folder: Path) -> nx.Graph:

@@ -7,9 +7,11 @@ so that the same sources always give the same ids.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -46,6 +48,23 @@ def shown_type(entity_type: str | None) -> str | None:
     """The type written beside an entity's name ("Russia [territory]"); None for an untyped one, shown bare."""
     kind = (entity_type or "").strip()
     return kind if kind and kind.lower() not in {"unknown", "none"} else None
+
+
+def json_records(path: Path, text: str) -> list[tuple[int, dict]]:
+    """The objects of a JSON-lines text with their line numbers (blank lines skipped); a line that is not a JSON
+    object is an error naming the file and the line."""
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise KGSourceError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise KGSourceError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
+        records.append((number, record))
+    return records
 
 
 @dataclass(frozen=True)
