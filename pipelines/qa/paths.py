@@ -47,6 +47,7 @@ class RelationGraph:
         self.rel_descriptions: list[str] = kg.relations["description"].to_list()
         self.adjacency = kg.adjacency()
         self.usable = [usable_name(name) for name in self.names]  # may be named in a question
+        self._written: dict[int, str] = {}  # written_name, per node asked for
         n = kg.num_entities
         # incident[v] = [(relation, other end, forward)], in relation order (deterministic walks)
         self.incident: list[list[tuple[int, int, bool]]] = [[] for _ in range(n)]
@@ -73,11 +74,10 @@ class RelationGraph:
         name = self.names[node]
         if self.shared_labels:
             return name
-        cache = self.__dict__.setdefault("_written", {})
-        if node not in cache:
+        if node not in self._written:
             texts = [self.descriptions[node], *(self.rel_descriptions[r] for r, _, _ in self.incident[node])]
-            cache[node] = written_name(name, texts)
-        return cache[node]
+            self._written[node] = written_name(name, texts)
+        return self._written[node]
 
     def phraseable(self, relation: int) -> bool:
         return self.phrasebook.relation(relation) is not None
