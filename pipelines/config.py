@@ -245,6 +245,9 @@ class SFTDataParams(DomainSelection):
     # training pairs used per bucket: one count for both, or one each; more 3+ walks than 1/2-hop ones teach
     # the model to go on after its first hops (docs/sft.md, "Bucket mix"); None: all
     max_per_bucket: PositiveInt | dict[Literal["1-2", "3+"], PositiveInt] | None = {"1-2": 110, "3+": 190}
+    # share of each bucket's pairs from graphs built from text (LightRAG's: domains.TEXT_BUILT_KINDS), the others
+    # taking the rest; None: every domain an equal share (docs/sft.md, "Graphs built from text")
+    text_graph_share: float | None = Field(0.2, ge=0.0, le=1.0)
     paths_per_pair: int = Field(1, ge=1)  # validated gold paths walked per pair (template source)
     # share of template conversations whose question writes the start entity as a user might (lowercase, a
     # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name

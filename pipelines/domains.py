@@ -35,6 +35,9 @@ REGISTRY_LOCK_TIMEOUT_S = 60.0
 STALE_TEMP_S = 60.0  # a registry temp file this old, found under the lock, is a killed writer's
 SourceKind = Literal["triples", "lightrag_graphml", "lightrag_workdir", "lightrag_rendering", "text"]
 ExtractFormat = Literal["lightrag", "triples"]
+# the kinds whose graphs an extractor built from text (LightRAG's or omne's): generic types, relations carried by
+# sentences; sft_data.text_graph_share sets their share of the SFT conversations
+TEXT_BUILT_KINDS: frozenset[str] = frozenset({"lightrag_graphml", "lightrag_workdir", "lightrag_rendering", "text"})
 TEXT_SUFFIXES = (".txt", ".md")  # what a `text` source folder contributes (other files are ignored)
 TEXT_ONLY_OPTIONS = ("extract_format", "chunk_tokens", "chunk_overlap")
 
@@ -174,6 +177,11 @@ class Registry(BaseModel):
     @property
     def names(self) -> list[str]:
         return [d.name for d in self.domains]
+
+    @property
+    def text_built(self) -> frozenset[str]:
+        """The domains whose graphs were built from text (``TEXT_BUILT_KINDS``)."""
+        return frozenset(d.name for d in self.domains if d.source.kind in TEXT_BUILT_KINDS)
 
     def get(self, name: str) -> Domain:
         check_domain_name(name)

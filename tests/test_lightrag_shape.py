@@ -37,6 +37,7 @@ from pipelines.layout import kg_dir
 from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs, read_qa_pairs, relation_graph
 from pipelines.qa.names import find_name, written_name
 from pipelines.qa.phrases import PhraseLexicon, edge_phrase, singular_subject, type_noun
+from pipelines.qa.template import keyword_sentence, relation_sentence
 from pipelines.train.sft_data import question_spelling
 from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env, make_project
 from tests.lightrag_support import write_lightrag_graphml as write_construction_graphml
@@ -487,6 +488,24 @@ def test_domain_graph_labels_relations_with_phrases_read_from_src_to_dst(constru
         text = phrased.rel_descriptions[r].upper()
         src, dst = phrased.names[phrased.rel_src[r]].upper(), phrased.names[phrased.rel_dst[r]].upper()
         assert any(src in s and dst in s and s.index(src) < s.index(dst) for s in re.split(r"(?<=\.) ", text)), r
+
+
+def test_thinking_reads_an_unlabelled_relation_as_node_info_labels_it(construction: Params, box: KGToolbox) -> None:
+    """The SFT thinking quotes the hop as node_info showed it ("STRIP FOUNDATIONS are cast in GRADE 30 CONCRETE"
+    beside "-[are cast in]->"), not a sentence around the keyword list ("has the materials,build,foundations")."""
+    graph = relation_graph("construction", construction)
+    ids = {name: i for i, name in enumerate(graph.names)}
+    r = next(r for r in range(len(graph.src))
+             if {int(graph.src[r]), int(graph.dst[r])} == {ids["GRADE 30 CONCRETE"], ids["STRIP FOUNDATIONS"]})
+    assert relation_sentence(graph, r, descriptions=False) == "STRIP FOUNDATIONS are cast in GRADE 30 CONCRETE"
+    assert "-[are cast in]-> GRADE 30 CONCRETE" in tool_ok(
+        box, 'node_info(node_name="STRIP FOUNDATIONS", graph_type="construction")')
+    assert relation_sentence(graph, r, descriptions=False, phrased=False) == keyword_sentence(
+        "GRADE 30 CONCRETE", "materials,build,foundations", "STRIP FOUNDATIONS")  # tools.unlabelled_relations: keywords
+    r = next(r for r in range(len(graph.src))
+             if {int(graph.src[r]), int(graph.dst[r])} == {ids["TIMBER"], ids["WASTE CARRIER"]})
+    assert relation_sentence(graph, r, descriptions=False) == keyword_sentence(  # no phrase: keywords, as node_info
+        "TIMBER", "waste,offcuts", "WASTE CARRIER")
 
 
 # ----- 6. a name not found ------------------------------------------------------------------------------------------

@@ -255,9 +255,13 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
         "a country. So the question becomes: Which currency does United Arab Emirates use?",
         "United Arab Emirates uses UAE Dirham. The question asks for a currency; UAE Dirham is a currency. That "
         "answers the question: UAE Dirham."]
-    same = typed.model_copy(update={"types": ["city", "currency", "currency"]})  # a bridge of the answer's type
-    assert "; United Arab Emirates is a currency too, but the question goes on from it. So the question becomes" \
-        in path_thoughts(names[:3], edges, "geography", "UAE Dirham", same)[2]
+    # a bridge of the answer's type (every type of a LightRAG rendering is CATEGORY): the type decides nothing,
+    # so no thought names or checks it, and the remaining question alone says when the walk has answered
+    same = typed.model_copy(update={"types": ["city", "currency", "currency"]})
+    assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", same) == path_thoughts(
+        names[:3], edges, "geography", "UAE Dirham", typed.model_copy(update={"types": []}))
+    assert not any("asks for" in t or "too" in t for t in path_thoughts(names[:3], edges, "geography", "UAE Dirham",
+                                                                       same))
     untyped = typed.model_copy(update={"types": ["city", None, "currency"]})  # an untyped bridge: no check
     assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", untyped)[2] == (
         "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: Which currency does United Arab "
@@ -386,7 +390,7 @@ def test_graph_aliases_are_slugs_drawn_from_entity_words_and_never_a_taken_name(
         graph_alias(rng, [], taken=[])
 
 
-def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket() -> None:
+def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket_and_text_graphs_theirs() -> None:
     from collections import Counter
 
     from pipelines.train.sft_data import balanced_sample
@@ -405,6 +409,14 @@ def test_balanced_sample_gives_every_domain_the_same_share_of_each_bucket() -> N
     assert Counter(p.domain for p in few if p.bucket == "1-2") == {"big": 3, "mid": 2}
     mixed = balanced_sample(pairs, per_bucket={"1-2": 7, "3+": 2}, seed=0)  # a count per bucket
     assert Counter((p.bucket, p.domain) for p in mixed) == {("1-2", "big"): 4, ("1-2", "mid"): 3, ("3+", "small"): 2}
+    # graphs built from text take their share of each bucket (sft_data.text_graph_share), the others the rest
+    shared = balanced_sample(pairs, per_bucket=20, seed=0, text_graphs=frozenset({"mid"}), text_graph_share=0.2)
+    assert Counter((p.bucket, p.domain) for p in shared) == {("1-2", "big"): 16, ("1-2", "mid"): 4, ("3+", "small"): 3}
+    # a group that runs short leaves its places to the other: "small" alone is in its 3+ bucket
+    short = balanced_sample(pairs, per_bucket=30, seed=0, text_graphs=frozenset({"big"}), text_graph_share=0.9)
+    assert Counter((p.bucket, p.domain) for p in short) == {("1-2", "big"): 27, ("1-2", "mid"): 3, ("3+", "small"): 3}
+    short = balanced_sample(pairs, per_bucket=30, seed=0, text_graphs=frozenset({"mid"}), text_graph_share=0.9)
+    assert Counter((p.bucket, p.domain) for p in short) == {("1-2", "big"): 18, ("1-2", "mid"): 12, ("3+", "small"): 3}
 
 
 def test_a_count_per_bucket_must_name_both_buckets() -> None:

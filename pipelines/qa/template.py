@@ -18,15 +18,18 @@ import numpy as np
 
 from pipelines.qa.names import find_name
 from pipelines.qa.paths import RelationGraph, Step
-from pipelines.qa.phrases import PREPOSITIONS, RelationPhrases, drop_article, label_statement
+from pipelines.qa.phrases import PREPOSITIONS, RelationPhrases, drop_article, edge_phrase, label_statement
 
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
 
 
-def relation_sentence(graph: RelationGraph, relation: int, *, descriptions: bool = True) -> str:
+def relation_sentence(graph: RelationGraph, relation: int, *, descriptions: bool = True,
+                      phrased: bool = True) -> str:
     """The first description line that names both ends of the relation (``descriptions``), else a sentence from
-    its phrasebook entry or its keywords."""
+    its phrasebook entry, else (``phrased``, an undirected graph: LightRAG's) the phrase node_info labels it with,
+    read in the same direction ("A is a subcategory of B", not a sentence around its keyword list), else its
+    keywords."""
     head, tail = graph.names[graph.src[relation]], graph.names[graph.dst[relation]]
     for line in graph.rel_descriptions[relation].splitlines() if descriptions else []:
         line = line.strip()
@@ -35,6 +38,9 @@ def relation_sentence(graph: RelationGraph, relation: int, *, descriptions: bool
     phrases = graph.phrasebook.relation(relation)
     if phrases is not None:
         return _fill(phrases.statement, head=head, tail=tail)
+    if phrased and not graph.kg.directed and (found := edge_phrase(graph.rel_descriptions[relation], head, tail)):
+        phrase, backward = found
+        return f"{tail} {phrase} {head}" if backward else f"{head} {phrase} {tail}"
     return keyword_sentence(head, graph.keywords[relation], tail)
 
 

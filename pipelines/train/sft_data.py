@@ -53,9 +53,10 @@ from pipelines.train.graph_names import alias_words, graph_alias
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 5  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
+TEMPLATE_VERSION = 6  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
 # 4 checks each hop's type against the question's (with tools.neighbor_types); 5 reads a label that joins two
-# entities both ways in the direction the gold path walked it
+# entities both ways in the direction the gold path walked it; 6 checks types only where no bridge shares the answer's,
+# and reads an unlabelled relation with the phrase node_info shows
 # (sft_data.thinking, also in the fingerprint, picks 3's "relations" text or the "remaining_question" one)
 
 
@@ -99,14 +100,15 @@ class PathReading(BaseModel):
 
 
 def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *, descriptions: bool = True,
-                 types: bool = False, filled_from: str | None = None) -> PathReading | None:
+                 types: bool = False, filled_from: str | None = None, phrased: bool = True) -> PathReading | None:
     """The reading of a gold path in its domain's graph; None when the graph does not hold the path.
     ``descriptions``: each hop may be read from the relation's description (when node_info shows them), else
     from its label's phrasing, so that a thought never quotes text the tool responses did not show; ``types``:
     whether node_info shows the neighbours' types (and so whether the thinking may check them); ``filled_from``: the
     question asked (``sft_data.thinking: filled_question``): what is left is that question with the entities reached
     named in it (``filled_questions``) when the template writer writes it for this path, else ``remaining_questions``'
-    rewrite (the question of another valid path, a paraphrase)."""
+    rewrite (the question of another valid path, a paraphrase); ``phrased``: node_info labels an undirected graph's
+    relations with their phrase (tools.unlabelled_relations: phrase), and each hop is read with it."""
     ids = [graph.entity_id(n) for n in nodes]
     if any(i is None for i in ids):
         return None
@@ -115,28 +117,32 @@ def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *, de
         return None
     filled = (filled_questions(graph, ids[0], steps)  # type: ignore[arg-type]
               if filled_from is not None and write_question(graph, ids[0], steps) == filled_from else None)  # type: ignore[arg-type]
-    return PathReading(sentences=[relation_sentence(graph, step.relation, descriptions=descriptions)
+    return PathReading(sentences=[relation_sentence(graph, step.relation, descriptions=descriptions, phrased=phrased)
                                   for step in steps],
                        remaining=filled or remaining_questions(graph, ids[0], steps),  # type: ignore[arg-type]
                        types=[shown_type(graph.types[i]) for i in ids] if types else [])  # type: ignore[index]
 
 
 def asked_type(reading: PathReading | None) -> str | None:
-    """The type the question asks for (its answer's, as node_info shows it); None when types are not shown."""
-    return reading.types[-1] if reading is not None and reading.types else None
+    """The type the question asks for (its answer's, as node_info shows it), when it tells the answer from the
+    path's bridges; None when types are not shown or a bridge has that type too. A type every bridge may share
+    (a LightRAG graph's CATEGORY, nested sites) decides nothing: the fifteenth run's thinking wrote "X is a category
+    too, but the question goes on from it" on a third of its conversations, and the model walked past answers it
+    had reached (docs/sft.md, "Conversations"); without the check the remaining question says when to stop."""
+    if reading is None or not reading.types:
+        return None
+    asked = reading.types[-1]
+    return None if asked in reading.types[1:-1] else asked
 
 
 def type_check(reading: PathReading, node: int, name: str) -> str:
     """The thinking's check of what a hop reached against what the question asks for (the answer's type), the
     two types written side by side just before the choice between walking on and answering, so that a small model
     compares two words it has just written ("The question asks for a language; Russia is a territory."); "" when
-    either type is not shown."""
+    either type is not shown or the asked type does not decide (``asked_type``)."""
     asked = asked_type(reading)
     if asked is None or (reached := reading.types[node]) is None:
         return ""
-    if node < len(reading.types) - 1 and reached == asked:
-        return (f" The question asks for {indefinite(asked)}; {name} is {indefinite(reached)} too, but the question "
-                f"goes on from it.")
     return f" The question asks for {indefinite(asked)}; {name} is {indefinite(reached)}."
 
 
@@ -201,7 +207,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           graph: RelationGraph | None = None, graph_name: str | None = None,
                           specs: str = "json", relation_descriptions: bool = True,
                           neighbor_types: bool = False, filled_question: bool = False,
-                          recover: bool = False) -> SFTConversation | None:
+                          recover: bool = False, relation_phrases: bool = True) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -218,6 +224,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     (``sft_data.thinking: filled_question``; ``path_reading``). ``recover`` (with ``misspell``): the first call is
     node_info on the misspelling, which fails with the closest names listed, and the next copies the exact name
     (``sft_data.recovery_fraction``; None when the index resolves the misspelling itself or does not list the name).
+    ``relation_phrases``: node_info labels unlabelled relations with their phrase (tools.unlabelled_relations), and
+    the thinking reads them so.
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -245,7 +253,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
 
     hops = len(edges)
     reading = (path_reading(graph, nodes, edges, descriptions=relation_descriptions, types=neighbor_types,
-                            filled_from=pair.question if filled_question else None)
+                            filled_from=pair.question if filled_question else None, phrased=relation_phrases)
                if graph is not None else None)
     thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
     thoughts[0] = thoughts[0].replace(start, query, 1)
@@ -423,26 +431,41 @@ def _count(values: Any) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def balanced_sample(pairs: list[QAPair], per_bucket: int | Mapping[str, int], seed: int) -> list[QAPair]:
+def _in_turn(queues: list[list[QAPair]], wanted: int) -> list[QAPair]:
+    """Up to ``wanted`` pairs taken one per queue in turn (popped from the queues)."""
+    taken: list[QAPair] = []
+    while len(taken) < wanted and any(queues):
+        for queue in queues:
+            if queue and len(taken) < wanted:
+                taken.append(queue.pop(0))
+    return taken
+
+
+def balanced_sample(pairs: list[QAPair], per_bucket: int | Mapping[str, int], seed: int,
+                    text_graphs: frozenset[str] = frozenset(), text_graph_share: float | None = None) -> list[QAPair]:
     """At most ``per_bucket`` pairs of each bucket (one count for all, or one per bucket), taken from the
     domains in turn (a shuffled order within each), so that every domain has the same share of the
     conversations whatever its number of pairs: with many domains the quick profile trains on all of them in
-    the same time."""
+    the same time. With ``text_graph_share`` the domains in ``text_graphs`` (graphs built from text) take that
+    share of each bucket, in turn among themselves, and the others the rest; a group that runs short leaves its
+    places to the other."""
     rng = random.Random(seed)
     chosen: list[QAPair] = []
     for bucket in sorted({p.bucket for p in pairs}):
         wanted = per_bucket if isinstance(per_bucket, int) else per_bucket[bucket]
-        queues = []
+        queues: dict[str, list[QAPair]] = {}
         for domain in sorted({p.domain for p in pairs if p.bucket == bucket}):
             members = sorted((p for p in pairs if p.bucket == bucket and p.domain == domain), key=lambda p: p.id)
             rng.shuffle(members)
-            queues.append(members)
-        taken: list[QAPair] = []
-        while len(taken) < wanted and any(queues):
-            for queue in queues:
-                if queue and len(taken) < wanted:
-                    taken.append(queue.pop(0))
-        chosen += taken
+            queues[domain] = members
+        if text_graph_share is None:
+            chosen += _in_turn(list(queues.values()), wanted)
+            continue
+        text = [q for d, q in queues.items() if d in text_graphs]
+        other = [q for d, q in queues.items() if d not in text_graphs]
+        taken = _in_turn(text, round(wanted * text_graph_share))
+        taken += _in_turn(other, wanted - len(taken))
+        chosen += taken + _in_turn(text, wanted - len(taken))  # the structured graphs ran short
     return chosen
 
 
@@ -485,8 +508,10 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
     train_ids = {p.id for p in pairs}  # (the agent source: every train question, not only the sampled ones)
+    registry = load_registry(params.registry_path)
     if settings.max_per_bucket is not None:
-        pairs = balanced_sample(pairs, settings.max_per_bucket, settings.seed)
+        pairs = balanced_sample(pairs, settings.max_per_bucket, settings.seed, text_graphs=registry.text_built,
+                                text_graph_share=settings.text_graph_share)
     golds = load_gold_paths(params)
     toolbox = KGToolbox(params, domains)
     toolbox.load_all()
@@ -495,12 +520,13 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
               if settings.thinking in ("remaining_question", "filled_question", "llm")
               else {})  # (llm rewrites remaining_question's)
     words = alias_words(name for p in pairs for name in (p.path[0], p.answer))
-    registered = load_registry(params.registry_path).names
+    registered = registry.names
     records: list[SFTConversation] = []
     skipped = 0
     writing = {"mode": settings.mode, "specs": params.tools.prompt_specs,
                "relation_descriptions": params.tools.relation_descriptions,
                "neighbor_types": params.tools.neighbor_types,
+               "relation_phrases": params.tools.unlabelled_relations == "phrase",
                "filled_question": settings.thinking == "filled_question"}
     if "template" in settings.sources:
         from tqdm.auto import tqdm
