@@ -556,6 +556,11 @@ def test_short_ies_verbs_keep_their_e() -> None:
     assert edge_statement("The Cratchit Family's Christmas Dinner symbolizes togetherness.", "THE CRATCHIT FAMILY",
                           "CHRISTMAS DINNER") is None
     assert derive_forms("{head} lies on {tail}").ask_tail == "Which {type} does {head} lie on?"
+    # nor can a quoted or bracketed one take "which entity" ("the 'which entity' category")
+    for text in ("The GOVERN function includes the 'SUPPLY CHAIN' category.", "\u201cGOVERN\u201d includes SUPPLY CHAIN.",
+                 "GOVERN includes the category (SUPPLY CHAIN)."):
+        assert edge_statement(text, "GOVERN", "SUPPLY CHAIN") is None, text
+    assert edge_statement("GOVERN includes SUPPLY CHAIN.", "GOVERN", "SUPPLY CHAIN") == "{head} includes {tail}"
 
 
 def test_questions_on_the_lightrag_graph_write_names_as_people_do_and_verbs_in_the_singular(

@@ -45,6 +45,8 @@ MAX_EDGE_SENTENCE_WORDS = 12  # a per-edge statement longer than this makes 3+-h
 # descriptions run to 30 words: at 18, 3+-hop questions on real LightRAG graphs had a median of 44 words)
 MIN_SHARED_PATTERN = 0.3  # share of a label's description sentences that must say it the same way
 _POSSESSIVE_SLOT = re.compile(r"\}(?:'|\u2019)s?\b|(?:'|\u2019)s \{")  # "{head}'s …", "one's {tail}"
+# a slot inside quotes or brackets: "the '{tail}' category" would ask "the 'which entity' category"
+_QUOTED_SLOT = re.compile(r"[\"'\u2018\u201c(\[]\s*\{(?:head|tail)\}|\{(?:head|tail)\}\s*[\"'\u2019\u201d)\]]")
 _SENTENCE_SPLIT = re.compile(r"<SEP>|\n|(?<=[.!?;])\s+(?=[A-Z\"'(])")
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
@@ -357,8 +359,8 @@ def edge_statement(description: str, head: str, tail: str) -> str | None:
         if pattern is None:
             continue
         pattern = _cut_after_far_end(pattern)
-        if _POSSESSIVE_SLOT.search(pattern):  # "{head}'s pride in {tail}": "an event" cannot take the slot's place
-            continue
+        if _POSSESSIVE_SLOT.search(pattern) or _QUOTED_SLOT.search(pattern):  # "{head}'s pride in {tail}", "the
+            continue  # '{tail}' function": "an event", "which entity" cannot take the slot's place
         words = pattern.split()
         if len(words) <= MAX_EDGE_SENTENCE_WORDS and any(w.lower() not in STOPWORDS for w in
                                                          pattern.replace("{head}", "").replace("{tail}", "").split()):
