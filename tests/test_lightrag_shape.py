@@ -561,6 +561,26 @@ def test_short_ies_verbs_keep_their_e() -> None:
                  "GOVERN includes the category (SUPPLY CHAIN)."):
         assert edge_statement(text, "GOVERN", "SUPPLY CHAIN") is None, text
     assert edge_statement("GOVERN includes SUPPLY CHAIN.", "GOVERN", "SUPPLY CHAIN") == "{head} includes {tail}"
+    # a statement relates its two ends and nothing else: it starts with one and ends with the other, with a plain
+    # verb group between (real LightRAG descriptions: lennys_podcast_lightrag, christmas_carol_lightrag)
+    refused = [("DEB discusses how PRODUCT SENSE matters.", "DEB", "PRODUCT SENSE"),  # a clause left open
+               ("VALENTINE is mentioned as a friend, emphasizing SCROOGE.", "VALENTINE", "SCROOGE"),  # a comma
+               ("DEB discusses parenting as it relates to MARIN.", "DEB", "MARIN"),  # a pronoun pointing outside
+               ("In 2020 ACME acquired BETA.", "ACME", "BETA"),  # words before the first end
+               ("DEB talks about the importance of making strategic CAREER MOVES.", "DEB", "CAREER MOVES"),  # adjective
+               ("Poplar tree symbolizes desolation in Scrooge.", "POPLAR", "SCROOGE"),  # "tree" is no verb
+               ("ADA and LENNY discuss MONETIZATION.", "ADA", "MONETIZATION"),
+               ("ADA has played a role in managing FUNDING.", "ADA", "FUNDING")]  # "does ADA have played"
+    for text, head, tail in refused:
+        assert edge_statement(text, head, tail) is None, text
+    kept = [("Septic embolism asks to code Lung abscess first.", "Septic embolism", "Lung abscess",
+             "{head} asks to code {tail}"),  # "to code", not "to {tail}"
+            ("CUBE TESTS check the strength of GRADE 30 CONCRETE.", "CUBE TESTS", "GRADE 30 CONCRETE",
+             "{head} check the strength of {tail}"),  # a base-form verb (the singular rule makes it "checks")
+            ("Valentine oversaw the ledger of Scrooge.", "VALENTINE", "SCROOGE", "{head} oversaw the ledger of {tail}"),
+            ("ACME does not include BETA.", "ACME", "BETA", "{head} does not include {tail}")]
+    for text, head, tail, statement in kept:
+        assert edge_statement(text, head, tail) == statement, text
 
 
 def test_questions_on_the_lightrag_graph_write_names_as_people_do_and_verbs_in_the_singular(

@@ -43,6 +43,11 @@ PREPOSITIONS = {"of", "in", "to", "by", "with", "for", "from", "on", "at", "into
 GENERIC_TYPE_NOUNS = {"geo": "place", "category": "entity"}
 MAX_EDGE_SENTENCE_WORDS = 12  # a per-edge statement longer than this makes 3+-hop questions unreadable (LightRAG's
 # descriptions run to 30 words: at 18, 3+-hop questions on real LightRAG graphs had a median of 44 words)
+# words that cannot end the words between a per-edge statement's two ends ("{head} discusses how {tail}" asks "A person
+# discusses how that concept."), and pronouns that point outside it ("… as it relates to {tail}")
+_OPEN_CLAUSE = {"how", "that", "why", "what", "whether", "when", "where", "which", "who", "whom", "if", "because",
+                "while", "and", "or", "but"}
+_OUTSIDE_PRONOUNS = {"it", "its", "they", "them", "this", "these", "those"}
 MIN_SHARED_PATTERN = 0.3  # share of a label's description sentences that must say it the same way
 _POSSESSIVE_SLOT = re.compile(r"\}(?:'|\u2019)s?\b|(?:'|\u2019)s \{")  # "{head}'s …", "one's {tail}"
 # a slot inside quotes or brackets: "the '{tail}' category" would ask "the 'which entity' category"
@@ -264,8 +269,9 @@ def _cut_after_far_end(statement: str) -> str:
     if second not in statement:
         return statement
     words = drop_article(statement.split(second, 1)[0].split())
-    if len(words) > 2 and words[-2].lower() in ARTICLES | PREPOSITIONS and words[-1].lower() not in \
-            PREPOSITIONS | BE and base_verb(words[-1]) is None and words[-1].isalpha():
+    if len(words) > 2 and words[-2].lower() in ARTICLES | PREPOSITIONS - {"to"} and words[-1].lower() not in \
+            PREPOSITIONS | BE and base_verb(words[-1]) is None and words[-1].isalpha():  # (after "to" it may be a verb:
+        # "asks to code {tail}" is not "asks to {tail}")
         words = drop_article(words[:-1])
     return _clean(" ".join(words) + " " + second)
 
@@ -361,11 +367,66 @@ def edge_statement(description: str, head: str, tail: str) -> str | None:
         pattern = _cut_after_far_end(pattern)
         if _POSSESSIVE_SLOT.search(pattern) or _QUOTED_SLOT.search(pattern):  # "{head}'s pride in {tail}", "the
             continue  # '{tail}' function": "an event", "which entity" cannot take the slot's place
-        words = pattern.split()
-        if len(words) <= MAX_EDGE_SENTENCE_WORDS and any(w.lower() not in STOPWORDS for w in
-                                                         pattern.replace("{head}", "").replace("{tail}", "").split()):
+        if _reads_end_to_end(pattern):
             return pattern
     return None
+
+
+def _reads_end_to_end(pattern: str) -> bool:
+    """Whether a per-edge statement relates its two ends and nothing else: it starts with one and ends with the
+    other ("In 2020 {head} …" or "{head}, now X, made … {tail}" would carry their extra clause into every question
+    that nests them), the words between are a plain verb group (no comma, no clause left open, no pronoun that
+    points outside it), and at most MAX_EDGE_SENTENCE_WORDS words in all."""
+    ends = {"{head}", "{tail}"}
+    words = pattern.split()
+    if len(words) < 3 or len(words) > MAX_EDGE_SENTENCE_WORDS or {words[0], words[-1]} != ends:
+        return False
+    middle = [w.lower() for w in words[1:-1]]
+    if middle[0] in {"has", "have", "had"} and len(middle) > 1 and _is_past(middle[1]):  # "has played a role in":
+        return False  # asked "Which concept does that person have played a role in?"
+    return (not any(c in w for w in middle for c in ",;:") and _starts_a_verb_group(middle)
+            and _takes_an_object(middle[-1], middle[-2] if len(middle) > 1 else "")
+            and not _OUTSIDE_PRONOUNS & set(middle) and any(w not in STOPWORDS for w in middle))
+
+
+_OBJECT_PARTICLES = {"up", "out", "off", "down", "against", "like", "than", "after", "before", "during", "around",
+                     "across", "behind", "beyond", "without", "alongside", "per", "past", "near", "inside", "outside"}
+
+
+def _starts_a_verb_group(middle: list[str]) -> bool:
+    """Whether the words after a statement's first end start its verb group: a verb, a form of be or have, a modal
+    or an adverb ("also", "frequently"), or a word that may be a verb in its base form ("CUBE TESTS check the
+    strength of …") unless a verb follows it, which makes it part of the subject: "POPLAR" found in "Poplar tree
+    symbolizes …" leaves "{head} tree symbolizes …", which the singular rule would turn into "Poplar trees
+    symbolizes"."""
+    first, second = middle[0], middle[1] if len(middle) > 1 else ""
+    if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS:
+        return False
+    if _verb_form(first) or first in {"has", "have", "had"} or first in _NOT_VERBS or first.endswith("ly"):
+        return True
+    return not _verb_form(second)
+
+
+def _verb_form(word: str) -> bool:
+    """A form of be, a modal or auxiliary, a third-person verb or a past tense."""
+    return (word in BE or word in MODALS or word in AUXILIARIES or base_verb(word) is not None
+            or _is_past(word))
+
+
+def _is_past(word: str) -> bool:
+    return (word.endswith("ed") and len(word) > 3) or word in _IRREGULAR_PAST or word.endswith(_PAST_ENDINGS)
+
+
+def _takes_an_object(word: str, before: str) -> bool:
+    """Whether the word before a statement's second end can take that end as its object: a preposition or particle
+    ("is a subcategory of", "looks up"), a form of be, or a verb ("supplies", "hired", "oversaw", "does not include",
+    "asks to also code"). Not an adjective or
+    a noun ("talks about making strategic {tail}", "mentions the struggles {tail}": the question would end
+    "…making strategic?"), nor a word that opens a clause ("discusses how {tail}")."""
+    if word in _OPEN_CLAUSE:
+        return False
+    return (word in PREPOSITIONS or word in _OBJECT_PARTICLES or word in BE or base_verb(word) is not None
+            or _is_past(word) or before in AUXILIARIES | MODALS | _NOT_VERBS | {"to"})  # "does not include"
 
 
 MAX_EDGE_PHRASE_WORDS = 6  # a relation's phrase in node_info (a verb group, "is cast in"); longer: its keywords

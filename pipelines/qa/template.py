@@ -63,10 +63,11 @@ def _sentence(text: str, *names: str) -> str:
     return text if any(n and text.startswith(n) for n in names) else text[:1].upper() + text[1:]
 
 
-WRITER_VERSION = 5  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
+WRITER_VERSION = 6  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
 # (3: a question or sentence that starts with a lower-case name keeps it as written; 4: LightRAG/text graphs'
 # upper-case names written as their descriptions write them, per-edge statements cut after their second end, at
-# most 12 words, verbs in the singular, no possessive slot; 5: no quoted or bracketed slot)
+# most 12 words, verbs in the singular, no possessive slot; 5: no quoted or bracketed slot; 6: a per-edge statement
+# starts and ends with its two ends, with a plain verb group between)
 MAX_STATEMENTS = 2  # sentences before the question of a 3+-hop question (so at most three in all)
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
 
