@@ -165,14 +165,20 @@ class LLMParams(_Section):
     model: str = ""  # model name at the endpoint, or for transformers a local HF folder / "smollm2"; env OMNE_LLM_MODEL
     api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable that holds the key (never the key)
     concurrency: int = Field(8, ge=1)
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(4, ge=0)  # on timeouts, 429 and 5xx, with exponential backoff
+    timeout_s: float = Field(60.0, gt=0)  # wall clock of one attempt, from sending to the last byte of the reply
+    max_retries: int = Field(4, ge=0)  # on timeouts, connection errors, 408/409/429 and 5xx, with exponential backoff
+    # the longest wait before a retry (a Retry-After or the backoff): a request ends within
+    # timeout_s x (1 + max_retries) + max_retry_wait_s x max_retries
+    max_retry_wait_s: float = Field(30.0, ge=0)
+    max_reply_chars: int = Field(1_000_000, ge=1)  # a longer reply (or a body of over 12 bytes a character) is an error
     json_repair_rounds: int = Field(1, ge=0)  # a reply that is not the JSON asked for is sent back this often
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_tokens: int = Field(1024, ge=1)
     price_prompt_per_1k: float = Field(0.0, ge=0.0)  # USD per 1,000 prompt tokens, for the cost count
     price_completion_per_1k: float = Field(0.0, ge=0.0)
-    cache: bool = True  # disk cache under artifacts/cache/llm keyed by (model, messages, parameters)
+    # disk cache under artifacts/cache/llm keyed by (endpoint, model, messages, parameters); only replies that passed
+    # the caller's checks are kept (docs/llm.md)
+    cache: bool = True
     batch_size: int = Field(8, ge=1)  # transformers backend: prompts generated together (left-padded)
     device: Literal["cpu", "cuda", "auto"] = "auto"  # transformers backend
     onnx_precision: OnnxPrecision = "fp32"  # onnx backend: the weights' precision (OnnxPrecision)

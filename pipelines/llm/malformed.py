@@ -6,7 +6,9 @@ and every ``usable`` shape into a ``ChatReply``; tests/test_llm_malformed.py che
 bench/_reliability_llm.py counts it. ``named_shapes`` are the hand-written cases (an HTML login
 page, an empty 200, a 204, ``choices`` as strings, a null ``message``, ...); ``grid_shapes`` are
 generated deterministically: every field the client reads, replaced by values of every JSON type
-or removed, plus statuses x content types x bodies.
+or removed, plus statuses x content types x bodies. ``hostile_shapes`` (bodies too big or absurd:
+20x the reply limit, 100,000 choices, 2^70 tokens) and ``hostile_json_texts`` (usable replies that are
+not the JSON object asked for) are issue 50's cases, played by tests/test_llm_hostile.py.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipelines.llm.openai_client import json_path
+from pipelines.llm.openai_client import MAX_CHOICES, MAX_FIELD_CHARS, MAX_TOKEN_COUNT, json_path
 
 Expect = Literal["error", "usable"]
 FieldPath = tuple[str | int, ...]
@@ -128,6 +130,12 @@ def named_shapes() -> list[ReplyShape]:
         ("usage_tokens_float", "usage", {"json": _completion(usage={"completion_tokens": 1.5})},
          "usage.completion_tokens is number"),
         ("model_number", "model", {"json": _completion(model=7)}, "model is number"),
+        ("tokens_2_pow_70", "usage", {"json": _completion(usage={"prompt_tokens": 2**70, "completion_tokens": 1})},
+         "usage.prompt_tokens is number"),
+        ("too_many_choices", "choices", {"json": _completion(choices=[_choice()] * (MAX_CHOICES + 1))},
+         f"choices has {MAX_CHOICES + 1} items"),
+        ("model_name_too_long", "model", {"json": _completion(model="m" * (MAX_FIELD_CHARS + 1))},
+         "model is string"),
     ]
     transport = [
         ("html_502", "status", {"status": 502, "body": html, "content_type": "text/html"},
@@ -190,9 +198,9 @@ def field_accepts(path: FieldPath, value: Any) -> bool:
     if field == "content":
         return isinstance(value, str)
     if field in ("finish_reason", "model"):
-        return value is None or isinstance(value, str)
+        return value is None or (isinstance(value, str) and len(value) <= MAX_FIELD_CHARS)
     if field in ("prompt_tokens", "completion_tokens"):
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT
     if field == "usage":
         return value is None or (isinstance(value, dict) and all(
             field_accepts(("usage", k), value[k]) for k in ("prompt_tokens", "completion_tokens") if k in value))
@@ -202,7 +210,7 @@ def field_accepts(path: FieldPath, value: Any) -> bool:
         return isinstance(value, dict) and "message" in value and field_accepts(("message",), value["message"]) \
             and ("finish_reason" not in value or field_accepts(("finish_reason",), value["finish_reason"]))
     if field == "choices":
-        return isinstance(value, list) and len(value) > 0 and all(field_accepts((0,), v) for v in value)
+        return isinstance(value, list) and 0 < len(value) <= MAX_CHOICES and all(field_accepts((0,), v) for v in value)
     raise ValueError(f"no rule for field {path}")
 
 
@@ -260,3 +268,40 @@ def probe_shapes(n_errors: int) -> list[ReplyShape]:
         except StopIteration:
             raise ValueError(f"the grid has fewer than {n_errors} error shapes") from None
     return shapes
+
+
+# --- hostile replies (issue 50): sizes, counts and nesting, at the HTTP level and inside JSON replies -----------
+
+def hostile_shapes(max_reply_chars: int) -> list[ReplyShape]:
+    """Replies that are too big or absurd for a client with ``llm.max_reply_chars = max_reply_chars``: a content
+    field of 20 x the limit (its body is over the body limit, not read whole), content just over the limit,
+    100,000 choices, a token count of 2^70, a body nested 100,000 deep. All are errors."""
+    return [
+        ReplyShape(name="content_20x_limit", family="size", mentions="reply too large",
+                   spec={"json": _completion(choices=[_choice(message={"content": "a" * (20 * max_reply_chars)})])}),
+        ReplyShape(name="content_over_limit", family="size", mentions="over llm.max_reply_chars",
+                   spec={"json": _completion(choices=[_choice(message={"content": "b" * (max_reply_chars + 1)})])}),
+        ReplyShape(name="choices_100000", family="choices", mentions="choices has 100,000 items",
+                   spec={"body": '{"choices": [' + ",".join(['{"message": {"content": "c"}}'] * 100_000) + "]}"}),
+        ReplyShape(name="prompt_tokens_2_pow_70", family="usage", mentions="usage.prompt_tokens",
+                   spec={"json": _completion(usage={"prompt_tokens": 2**70})}),
+        ReplyShape(name="body_nested_100000", family="body", mentions="nested too deeply",
+                   spec={"body": "[" * 100_000}),
+    ]
+
+
+def hostile_json_texts() -> list[tuple[str, str, str | None]]:
+    """(name, reply text, finish_reason) of usable replies whose text is not the JSON object a JSON request asked
+    for: each must come out of ``complete_json_many`` as an error, never an exception."""
+    return [
+        ("open_brackets_100000", "[" * 100_000, "stop"),
+        ("open_braces_100000", '{"a": ' * 100_000, "stop"),
+        ("nested_500_deep", '{"a": ' * 500 + "1" + "}" * 500, "stop"),
+        ("array_not_object", "[1, 2, 3]", "stop"),
+        ("prose", "Sure! Here is the JSON you asked for: the answer is Mars.", "stop"),
+        ("cut_at_length", '{"question": "Which moon orbits Ma', "length"),
+        ("number_of_5000_digits", '{"a": ' + "9" * 5000 + "}", "stop"),
+        ("empty", "", "stop"),
+        ("fence_only", "```json\n```", "stop"),
+        ("html", "<html><body>Bad gateway</body></html>", "stop"),
+    ]

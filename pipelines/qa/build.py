@@ -25,7 +25,7 @@ from pipelines.domains import load_registry
 from pipelines.errors import ArtifactMissingError
 from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir, qa_dir
-from pipelines.llm.base import ChatClient
+from pipelines.llm.base import ChatClient, require_replies
 from pipelines.manifest import (
     BuildResult,
     manifest_inputs,
@@ -176,6 +176,7 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
     if generator == "llm":
         chat = _client(params, client)
         result = generate_llm_pairs(graph, subgraphs, qa, llm, domain, chat, targets, progress=progress)
+        require_replies(chat.usage, f"qa generate {domain}")  # an endpoint that never answered: an error, not 0 pairs
         usage = chat.usage.model_dump()
         model = chat.model
     elif generator == "template":
@@ -189,6 +190,7 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
 
         chat = _client(params, client)
         rewritten = paraphrase_pairs(graph, result.pairs, qa, llm, chat, domain=domain, progress=progress)
+        require_replies(chat.usage, f"qa generate {domain} (paraphrase)")
         result = result.model_copy(update={"pairs": rewritten.pairs})
         usage = chat.usage.model_dump()
     return _write_pairs(domain, folder, result, inputs, shaping, usage, model, graph.generic_words, rewritten)
