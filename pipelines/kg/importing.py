@@ -358,10 +358,11 @@ def source_format(path: Path, fmt: str | None) -> str:
     return "graphml" if suffix == ".graphml" else "text" if suffix in (".txt", ".md") else "triples"
 
 
-def validate_source(request: ImportRequest) -> tuple[str, list[Path]]:
+def validate_source(request: ImportRequest) -> tuple[str, list[Path], list[str]]:
     """Read the user's files with the importer of their kind (errors name the file and record).
 
-    Returns the source kind and the files to copy (the source first, then the entity table).
+    Returns the source kind, the files to copy (the source first, then the entity table) and the importer's
+    notes (over-long descriptions, types or labels it truncated: warnings).
     """
     from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
 
@@ -376,10 +377,13 @@ def validate_source(request: ImportRequest) -> tuple[str, list[Path]]:
         from pipelines.kg.extract import read_chunks
 
         read_chunks(SourceSpec(kind="text", path=str(path.resolve())), Path("/"))
+        notes: list[str] = []
     else:
-        import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
-                                 entities=str(request.entities.resolve()) if request.entities else None), Path("/"))
-    return FORMATS[fmt], [path, *([request.entities] if request.entities else [])]
+        raw = import_source(SourceSpec(kind=FORMATS[fmt], path=str(path.resolve()),
+                                       entities=str(request.entities.resolve()) if request.entities else None),
+                            Path("/"))
+        notes = list(raw.notes)
+    return FORMATS[fmt], [path, *([request.entities] if request.entities else [])], notes
 
 
 def check_name_free(params: Params, name: str, registry: Registry, *, replace: bool) -> None:
@@ -441,7 +445,7 @@ def import_domain(request: ImportRequest, params: Params, *, client: ChatClient 
     other command, and an error, Ctrl-C or SIGTERM undoes the copy and the artifacts (a note on the
     exception says so). A SIGKILL is undone by the next import or build (see ``clean_leftovers``).
     """
-    kind, files = validate_source(request)
+    kind, files, notes = validate_source(request)
     name, root = request.name, params.root
     pause_point("validated")
     with domain_lock(params, name):
@@ -465,7 +469,7 @@ def import_domain(request: ImportRequest, params: Params, *, client: ChatClient 
                          existed=p.exists()) for p in moved],
             old_entry=registry.get(name).model_dump(mode="json") if name in registry.names else None,
             new_entry=domain.model_dump(mode="json"))
-        result = ImportResult(domain=domain, leftovers=leftovers)
+        result = ImportResult(domain=domain, leftovers=leftovers, warnings=notes)
         try:
             with _signals_roll_back():
                 atomic_write_text(journal_path(params, name), journal.model_dump_json(indent=2))
@@ -532,7 +536,7 @@ def _build(domain: Domain, params: Params, strict: bool, result: ImportResult, *
     indexed = index_quality(params, index.manifest.metadata, strict=strict)
     if indexed.errors:
         raise _quality_error(domain.name, indexed, strict)
-    result.warnings = quality.warnings + indexed.warnings
+    result.warnings = [*result.warnings, *quality.warnings, *indexed.warnings]
     pause_point("built")
 
 

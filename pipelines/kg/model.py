@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from pipelines.errors import KGSourceError
 
 _QUOTES = "\"'`\u2018\u2019\u201c\u201d\u00ab\u00bb\u201e\u201a"
 _SPACES = re.compile(r"\s+")
+_LINE_ENDS = re.compile(r"\r\n?|\n")
 
 ENTITY_SCHEMA = {"id": pl.Int32, "name": pl.String, "key": pl.String, "type": pl.String,
                  "description": pl.String, "source_ids": pl.List(pl.String)}
@@ -52,28 +54,61 @@ def shown_type(entity_type: str | None) -> str | None:
 
 def json_records(path: Path, text: str) -> list[tuple[int, dict]]:
     """The objects of a JSON-lines text with their line numbers (blank lines skipped); a line that is not a JSON
-    object is an error naming the file and the line."""
+    object is an error naming the file and the line.
+
+    Lines end at ``\\n``, ``\\r\\n`` or ``\\r`` (which JSON never allows inside a string), not at the other breaks
+    of ``str.splitlines``: a raw U+2028 or U+0085, which JSON allows inside a string, does not split a record.
+    A line nested too deeply for Python's JSON reader, a number with more digits than Python converts, or a
+    lone surrogate escape (``"\\ud800"``, not UTF-8 text) is an error naming the line too.
+    """
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_LINE_ENDS.split(text), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise KGSourceError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
+            raise KGSourceError(f"{path}: line {number} is not valid JSON: {exc.msg} (column {exc.colno})") from None
+        except RecursionError:
+            raise KGSourceError(f"{path}: line {number} nests arrays or objects too deeply to be read "
+                                "(a record holds names, types, descriptions and a weight)") from None
+        except ValueError as exc:  # int("1" * 5000): Python refuses to convert integer strings of over 4300 digits
+            if "integer string conversion" not in str(exc):
+                raise
+            raise KGSourceError(f"{path}: line {number} holds a number of more than {sys.get_int_max_str_digits()} "
+                                "digits, more than Python converts; write it as a string or a shorter number") from None
         if not isinstance(record, dict):
             raise KGSourceError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
+        if "\\u" in line and _lone_surrogate(record):
+            raise KGSourceError(f"{path}: line {number} holds a lone surrogate escape (such as \\ud800), which is "
+                                "not a character and cannot be stored as UTF-8 text")
         records.append((number, record))
     return records
 
 
+def _lone_surrogate(record: dict) -> bool:
+    """Whether a decoded JSON value holds a lone UTF-16 surrogate (from an escape like ``\\udc80``)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (RecursionError, ValueError):  # too deep to re-encode: the importer reports the nesting itself
+        return False
+    return False
+
+
 @dataclass(frozen=True)
 class RawGraph:
-    """Records as an importer read them; ``origin`` says where each came from (file:line) for errors."""
+    """Records as an importer read them; ``origin`` says where each came from (file:line) for errors.
+
+    ``notes``: what the importer changed to fit the limits (over-long descriptions, types and labels truncated),
+    one line each naming the file and the records; `omne kg import` prints them as warnings.
+    """
 
     entities: pl.DataFrame  # RAW_ENTITY_SCHEMA
     relations: pl.DataFrame  # RAW_RELATION_SCHEMA
     source: str
+    notes: tuple[str, ...] = field(default=(), kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -150,9 +185,12 @@ def assemble_graph(raw: RawGraph, *, directed: bool) -> KnowledgeGraph:
         .join(ids.rename({"key": "hkey", "id": "src"}), on="hkey", how="left")
         .join(ids.rename({"key": "tkey", "id": "dst"}), on="tkey", how="left")
     )
-    # an undirected edge is stored once, in the orientation it was first written
-    pair = (pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst")) if not directed else \
-        (pl.col("src"), pl.col("dst"))
+    # an undirected edge is stored once, in the orientation it was first written (when/then, not min_horizontal:
+    # polars 1.44 gives min_horizontal of the one-value columns a join with a one-entity table makes one row)
+    src, dst = pl.col("src"), pl.col("dst")
+    swap = src.is_null() | (dst.is_not_null() & (dst < src))
+    pair = (pl.when(swap).then(dst).otherwise(src), pl.when(swap).then(src).otherwise(dst)) if not directed else \
+        (src, dst)
     relations = (
         relations.with_columns(lo=pair[0], hi=pair[1])
         .group_by("lo", "hi", "keywords", maintain_order=True)
