@@ -10,12 +10,14 @@ Three phases, one server:
    episodes that are ended, search episodes, and a tenth hostile requests) while a separate process
    polls ``/health`` every 50 ms (a separate process, so that its latency is the server's, not the
    GIL contention of 32 client threads).
-3. **large scope**: ``large_scope`` requests with 100-seed scopes, alternately ~1.8 MB (refused) and
-   at the byte limit (accepted, every other one ended), measuring the server's RSS before, during
-   and after.
+3. **large scope**: ``large_scope`` requests, each a new episode scoped to 60 real entity names of the
+   graph (2 hops), then every one of those episodes ended (DELETE), measuring the server's RSS before,
+   during, after the requests and after the deletes (oversized scopes, refused, are in the hostile
+   catalogue).
 
 Targets: 0 responses >= 500 in all phases, /health p99 < 1 s under load, RSS growth over the
-large-scope phase within +-50 MB. Every reply body is also checked for the server's absolute paths.
+large-scope requests within +-50 MB, and within +-50 MB of the start once their episodes are ended. Every
+reply body is also checked for the server's absolute paths.
 """
 
 from __future__ import annotations
@@ -366,10 +368,14 @@ def load_phase(url: str, names: list[str], seconds: float, threads: int, tally: 
     return dict(calls)
 
 
-def large_scope_phase(url: str, pid: int, names: list[str], count: int, tally: Tally,
-                      workers: int = 8) -> dict[str, Any]:
-    """Alternately a ~1.8 MB scope (the probe's: refused) and one at the byte limit (kept; every other
-    one ended), with the server's RSS sampled every 50 ms."""
+SCOPE_SEEDS = 60  # real entity names a scope of the large-scope phase holds (a KGQA question's topic neighbourhood)
+
+
+def large_scope_phase(url: str, pid: int, names: list[str], count: int, tally: Tally, workers: int = 8,
+                      seed: int = 0) -> dict[str, Any]:
+    """``count`` requests, each a new episode whose scope is ``SCOPE_SEEDS`` real entity names of the graph drawn
+    at random (2 hops: most of a small graph), none ended while they run; then every one of those episodes
+    ended (DELETE). The server's RSS: before, after the requests, after the deletes, and sampled every 50 ms."""
     samples: list[float] = []
     stop = threading.Event()
 
@@ -378,35 +384,54 @@ def large_scope_phase(url: str, pid: int, names: list[str], count: int, tally: T
             samples.append(rss_mb(pid))
             stop.wait(0.05)
 
-    refused = accepted = ended = 0
+    accepted = refused = deleted = 0
     lock = threading.Lock()
+    rng = random.Random(seed)
+    scopes = [rng.sample(names, min(SCOPE_SEEDS, len(names))) for _ in range(count)]
 
     def work(t: int) -> None:
-        nonlocal refused, accepted, ended
+        nonlocal refused, accepted
         with httpx.Client(base_url=url, timeout=120) as client:
             for i in range(t, count, workers):
-                huge = i % 2 == 0
-                scope = {"seeds": [names[i % len(names)], *seeds(f"L{i}", 99, 18_000 if huge else 160)], "hops": 2}
-                response = tally.send(client, call(f'get_tail_relations(entity="{names[i % len(names)]}")',
+                scope = {"seeds": scopes[i], "hops": 2}
+                response = tally.send(client, call(f'get_tail_relations(entity="{scopes[i][0]}")',
                                                    graph_type=DOMAIN, episode_id=f"large-{i}", scope=scope))
                 ok = (response is not None and response.status_code == 200
                       and response.json()["error_type"] != "invalid_argument")  # not refused (no_results is fine)
-                dropped = False
-                if ok and i % 4 == 1:
-                    dropped = tally.send(client, ("DELETE", f"/v1/episodes/large-{i}", AUTH, None)) is not None
                 with lock:
                     refused += not ok
                     accepted += ok
-                    ended += dropped
 
+    def end(t: int) -> None:
+        nonlocal deleted
+        with httpx.Client(base_url=url, timeout=120) as client:
+            for i in range(t, count, workers):
+                response = tally.send(client, ("DELETE", f"/v1/episodes/large-{i}", AUTH, None))
+                dropped = response is not None and response.status_code == 200 and response.json() == {"dropped": True}
+                with lock:
+                    deleted += dropped
+
+    time.sleep(1.0)
+    rss_start = rss_mb(pid)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    t0 = time.perf_counter()
     in_threads(workers, work)
-    time.sleep(0.5)
+    seconds = time.perf_counter() - t0
+    time.sleep(1.0)
+    rss_end = rss_mb(pid)
+    in_threads(workers, end)
+    time.sleep(1.0)
+    rss_deleted = rss_mb(pid)
     stop.set()
     sampler.join()
-    return {"large_scope_requests": count, "large_scope_refused": refused, "large_scope_accepted": accepted,
-            "large_scope_ended": ended, "rss_peak_mb": round(max(samples, default=0.0), 1)}
+    return {"large_scope_requests": count, "large_scope_seeds": SCOPE_SEEDS, "large_scope_refused": refused,
+            "large_scope_accepted": accepted, "large_scope_deleted": deleted, "large_scope_s": round(seconds, 1),
+            "rss_start_mb": round(rss_start, 1), "rss_end_mb": round(rss_end, 1),
+            "rss_growth_mb": round(rss_end - rss_start, 1), "rss_after_delete_mb": round(rss_deleted, 1),
+            "rss_freed_by_delete_mb": round(rss_end - rss_deleted, 1),
+            "rss_after_delete_growth_mb": round(rss_deleted - rss_start, 1),
+            "rss_peak_mb": round(max(samples, default=0.0), 1)}
 
 
 def run_server_probe(seconds: float = 60, threads: int = 32, hostile: int = 1000, large_scope: int = 1000, *,
@@ -456,13 +481,9 @@ def run_server_probe(seconds: float = 60, threads: int = 32, hostile: int = 1000
             health = np.array([p for p in polled if p is not None], dtype=np.float64)
             rss_after_load = rss_mb(server.pid)
 
-            log.info("large scope: %d requests ...", large_scope)
-            time.sleep(1.0)
-            rss_start = rss_mb(server.pid)
-            t0 = time.perf_counter()
-            large = large_scope_phase(url, server.pid, names, large_scope, tally)
-            large_s = time.perf_counter() - t0
-            rss_end = rss_mb(server.pid)
+            log.info("large scope: %d requests, %d real names a scope, then their episodes ended ...", large_scope,
+                     SCOPE_SEEDS)
+            large = large_scope_phase(url, server.pid, names, large_scope, tally, seed=seed)
         finally:
             stop_server(server)
         server_log = (work / "server.log").read_text(encoding="utf-8", errors="replace")
@@ -485,19 +506,16 @@ def run_server_probe(seconds: float = 60, threads: int = 32, hostile: int = 1000
         "health_p99_s": round(float(np.percentile(health, 99)), 4) if health.size else None,
         "health_max_s": round(float(health.max()), 4) if health.size else None,
         **large,
-        "large_scope_s": round(large_s, 1),
         "rss_before_load_mb": round(rss_before_load, 1),
         "rss_after_load_mb": round(rss_after_load, 1),
-        "rss_start_mb": round(rss_start, 1),
-        "rss_end_mb": round(rss_end, 1),
-        "rss_growth_mb": round(rss_end - rss_start, 1),
         "domains_listed": [{"name": d["name"], "built": d["built"]} for d in domains] if isinstance(domains, list)
         else domains,
         "server_tracebacks": server_log.count("Traceback"),
         "kg": {"entities": entities, "relations": relations, "seed": seed},
         "targets": {"no_5xx": tally.server_5xx == 0,
                     "health_p99_under_1s": bool(health.size) and float(np.percentile(health, 99)) < 1.0,
-                    "rss_growth_within_50mb": abs(rss_end - rss_start) <= 50.0},
+                    "rss_growth_within_50mb": abs(large["rss_growth_mb"]) <= 50.0,
+                    "rss_after_delete_within_50mb": abs(large["rss_after_delete_growth_mb"]) <= 50.0},
         "total_s": round(time.perf_counter() - started, 1),
     }
 

@@ -7,7 +7,8 @@ Sections (``--sections``, default all):
 - **llm**: malformed replies served by the scripted OpenAI-compatible server through the real client
   (exceptions that escape it): bench/_reliability_llm.py.
 - **server**: `omne tools serve` under hostile requests, thread load with /health polled, and large-scope
-  requests (5xx, /health p99, RSS growth): bench/_reliability_server.py.
+  requests (60 real names a scope, new episodes, then ended: 5xx, /health p99, RSS growth over the requests and
+  after deleting their episodes): bench/_reliability_server.py.
 - **dvc**: in a temporary git + DVC copy of the project on a generated domain, `dvc repro` SIGKILLed at
   each data stage's final rename ($OMNE_PAUSE_AT ``replace:<folder>``) and resumed (half-written
   artifacts, failed resumes); then `omne run --skip-eval` followed by `dvc repro qa_dataset` (the stages
@@ -227,8 +228,14 @@ def table(results: dict[str, Any]) -> str:
                          "0", r["server_5xx"], r["server_5xx"] == 0))
         rows.append(_row(f"/health p99 under {r['load_seconds']:.0f} s of load", "< 1 s",
                          f"{r['health_p99_s']:.3f} s", r["health_p99_s"] < 1.0))
-        rows.append(_row("server RSS growth over the large-scope requests", "within +-50 MB",
-                         f"{r['rss_growth_mb']:+.1f} MB", abs(r["rss_growth_mb"]) <= 50))
+        scoped = (f"{r['large_scope_requests']:,} large-scope requests ({r['large_scope_seeds']} real names a scope, "
+                  "new episodes)")
+        rows.append(_row(f"server RSS growth over {scoped}", "within +-50 MB", f"{r['rss_growth_mb']:+.1f} MB",
+                         abs(r["rss_growth_mb"]) <= 50))
+        rows.append(_row(f"server RSS after ending those {r['large_scope_deleted']:,} episodes, against the start",
+                         "within +-50 MB", f"{r['rss_after_delete_growth_mb']:+.1f} MB "
+                         f"({r['rss_freed_by_delete_mb']:+.1f} MB given back)",
+                         abs(r["rss_after_delete_growth_mb"]) <= 50))
     if (r := results.get("dvc")) is not None:
         rows.append(_row(f"dvc repro killed at {r['kill_points']} stages: half-written / failed resumes", "0 / 0",
                          f"{r['half_written_after_kill']} / {r['failed_resumes']}",

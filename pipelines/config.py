@@ -150,9 +150,12 @@ class ToolParams(_Section):
     fuzzy_min_score: float = Field(0.9, ge=0.0, le=1.0)  # index fallback of node_info/search accepts >= this
     max_argument_chars: int = Field(1000, ge=1)  # longer string arguments are refused
     max_call_chars: int = Field(4000, ge=1)
-    cache_max_bytes: int = Field(134_217_728, ge=0)  # toolbox caches (query vectors, resolved scopes) together, LRU
+    # the toolbox's in-memory vectors (queries, node_info's relation phrases) together, LRU (32 MiB: ~16,000 queries)
+    cache_max_bytes: int = Field(33_554_432, ge=0)
     scope_max_bytes: int = Field(16_384, ge=1)  # a scope whose seeds total more UTF-8 bytes is refused (typed error)
-    episodes_max_bytes: int = Field(134_217_728, ge=0)  # episode states a server/client keeps, together, LRU
+    # episode states a server/client keeps (question, scope and its resolved entities, search path), together, LRU
+    # (16 MiB: ~1,000 episodes of 60-name scopes on a graph of thousands of entities; an ended episode frees its own)
+    episodes_max_bytes: int = Field(16_777_216, ge=0)
     server_threads: int = Field(8, ge=1)  # threads running tool calls in the server (its event loop stays free)
 
 

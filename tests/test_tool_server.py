@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import signal
 import subprocess
@@ -155,18 +154,31 @@ def test_an_episode_question_orders_node_info_the_same_over_http(server: str, ht
     assert batch[2].content == "<error>question is longer than 4000 characters</error>"
 
 
-@pytest.mark.parametrize(("body", "headers", "where"), [
-    (b"{not json", {"content-type": "application/json"}, "JSON decode error"),
-    (b'{"call": "get_tail_relations(entity=\\"Io\\")"', {"content-type": "application/json"}, "JSON decode error"),
-    (b"{not json", {}, "valid dictionary"),
-    (b'{"call": [1]}', {"content-type": "application/json"}, "valid string"),
-    (b'{"graph_type": "solar"}', {"content-type": "application/json"}, "Field required"),
-    (b"[]", {"content-type": "application/json"}, "valid dictionary"),
+@pytest.mark.parametrize(("body", "headers", "detail"), [
+    (b"{not json", {"content-type": "application/json"}, "it is not valid JSON"),
+    (b'{"call": "get_tail_relations(entity=\\"Io\\")"', {"content-type": "application/json"}, "it is not valid JSON"),
+    (b"{not json", {}, "send it as JSON (content-type: application/json)"),
+    (b"", {"content-type": "application/json"}, "it is empty"),
 ])
-def test_malformed_requests_are_4xx_with_a_message(server: str, body: bytes, headers: dict, where: str) -> None:
+def test_a_body_that_is_not_json_is_400_with_a_message(server: str, body: bytes, headers: dict, detail: str) -> None:
     response = httpx.post(f"{server}/v1/tools/call", content=body, headers=headers)
-    assert response.status_code == 422, response.text
-    assert where in json.dumps(response.json()["detail"])
+    assert response.status_code == 400, response.text
+    assert response.json() == {"detail": f"the request body is not JSON: {detail}"}
+
+
+@pytest.mark.parametrize(("body", "error_type", "message"), [
+    (b'{"call": [1]}', "format_error", "the tool call must be text or a JSON object"),
+    (b'{"graph_type": "solar"}', "format_error", "no tool call given (the request's call is missing)"),
+    (b"[]", "invalid_argument", 'a call request must be a JSON object {"call": ..., "graph_type": ..., ...}, got an array'),
+    (b"null", "invalid_argument", 'a call request must be a JSON object {"call": ..., "graph_type": ..., ...}, got null'),
+])
+def test_a_json_body_that_is_no_call_is_a_typed_tool_error(server: str, body: bytes, error_type: str,
+                                                           message: str) -> None:
+    """Were 422s: any JSON body is one call, and what cannot be used of it is that call's typed error."""
+    response = httpx.post(f"{server}/v1/tools/call", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert (result["ok"], result["error_type"], result["content"]) == (False, error_type, f"<error>{message}</error>")
 
 
 def test_batch_size_is_bounded(server: str) -> None:
@@ -270,7 +282,7 @@ def test_omne_tools_serve_as_a_subprocess(solar: Params, local: InProcessToolCli
         assert too_big.status_code == 413 and "5000 bytes" in too_big.json()["detail"]
         malformed = httpx.post(f"{url}/v1/tools/call", content=b"{oops", headers={**auth, "content-type":
                                                                                     "application/json"})
-        assert malformed.status_code == 422
+        assert malformed.status_code == 400
         client.close()
     finally:
         process.send_signal(signal.SIGTERM)

@@ -129,8 +129,9 @@ def test_the_search_path_and_the_toolbox_caches_are_bounded(solar: Params, toolb
         small.call(CALL, episode=EpisodeState(scope=Scope(seeds=[f"Io {i}", "Io"])))
         assert small._cache.nbytes <= 8_000  # noqa: SLF001
     assert 0 < len(small._cache) < 10  # noqa: SLF001
-    KGToolbox._embed.cache_clear()  # noqa: SLF001 - what bench/rollout.py calls: query vectors go, scopes stay
-    assert all(key[0] == "scope" for key in small._cache._entries)  # noqa: SLF001
+    assert all(key[0] == "query" for key in small._cache._entries)  # noqa: SLF001 - scopes are kept by episodes
+    KGToolbox._embed.cache_clear()  # noqa: SLF001 - what bench/rollout.py calls: query vectors go
+    assert len(small._cache) == 0 and small._cache.nbytes == 0  # noqa: SLF001
     episode = EpisodeState()
     for _ in range(SEARCH_PATH_FRAMES + 20):
         assert toolbox.call('search(entity="Io", question="Who discovered Io?")', graph_type="solar",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 
-from pipelines.agent.server import CallRequest, EpisodeStore
+from pipelines.agent.server import CallRequest, EpisodeStore, bearer_bytes, run_request
 from pipelines.agent.tools import KGToolbox, Scope, ToolCall, ToolResult
 
 TOKEN_ENV = "OMNE_TOOLS_TOKEN"
@@ -25,16 +26,22 @@ class InProcessToolClient:
 
     def __init__(self, toolbox: KGToolbox) -> None:
         self.toolbox = toolbox
-        self.episodes = EpisodeStore()
+        limits = toolbox.tool_params
+        self.episodes = EpisodeStore(max_bytes=limits.episodes_max_bytes, scope_max_bytes=limits.scope_max_bytes)
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
              episode_id: str | None = None, scope: Scope | None = None, question: str | None = None) -> ToolResult:
         episode = self.episodes.get(episode_id, graph_type, scope, question)
-        return self.toolbox.call(call, graph_type=graph_type, episode=episode)
+        result = self.toolbox.call(call, graph_type=graph_type, episode=episode)
+        self.episodes.settle(episode_id, episode)
+        return result
 
     def batch(self, requests: list[CallRequest]) -> list[ToolResult]:
-        return [self.call(r.call, graph_type=r.graph_type, episode_id=r.episode_id, scope=r.scope,
-                          question=r.question) for r in requests]
+        return [run_request(self.toolbox, self.episodes, r) for r in requests]
+
+    def end_episode(self, episode_id: str) -> bool:
+        """Free an episode's state now (its scope and resolved entities, its search path); False if not kept."""
+        return self.episodes.drop(episode_id)
 
 
 class HttpToolClient:
@@ -42,7 +49,9 @@ class HttpToolClient:
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
         token = token or os.environ.get(TOKEN_ENV)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # the token's UTF-8 bytes, as the server compares them (a str header must be ASCII for httpx); a token that
+        # cannot travel in a header is a TokenError here, as it is at the server's start
+        headers = {"Authorization": b"Bearer " + bearer_bytes(token)} if token else {}
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
 
     def call(self, call: str | dict[str, Any] | ToolCall, *, graph_type: str | None = None,
@@ -63,6 +72,12 @@ class HttpToolClient:
         response = self.http.post("/v1/tools/batch", json={"calls": calls})
         response.raise_for_status()
         return [ToolResult.model_validate(r) for r in response.json()["results"]]
+
+    def end_episode(self, episode_id: str) -> bool:
+        """Free an episode's state on the server now (DELETE /v1/episodes/{id}); False if it kept none."""
+        response = self.http.delete(f"/v1/episodes/{quote(episode_id, safe='')}")
+        response.raise_for_status()
+        return bool(response.json().get("dropped"))
 
     def close(self) -> None:
         self.http.close()

@@ -4,9 +4,12 @@ Endpoints: POST /v1/tools/call, POST /v1/tools/batch, GET /v1/tools, GET /v1/dom
 (OpenAPI at /docs and /openapi.json). KGs are loaded once and reloaded when a domain's manifests
 change. Optional bearer token; request bodies above a size limit are refused with 413.
 
-Hostile clients: a bad request field (graph_type, episode_id, scope) is a typed tool error like a bad
-call, never a 5xx; episode state and the toolbox's caches are bounded in bytes (tools.*_max_bytes);
-tool work runs on its own thread pool (tools.server_threads), so /health answers while it is busy.
+Hostile clients: a bad field of a call (the call, graph_type, episode_id, scope, question: any JSON value of any
+shape), or a batch item that is not an object, is that call's typed tool error like a bad call, never a 4xx or 5xx
+for the request or the batch; only a body that is not JSON (400) or a batch body without a list of at most 4,096
+calls (422) is refused whole. Episode state and the toolbox's caches are bounded in bytes (tools.*_max_bytes), and
+an ended episode's state (its resolved scope included) is freed; tool work runs on its own thread pool
+(tools.server_threads), so /health answers while it is busy.
 """
 
 from __future__ import annotations
@@ -23,9 +26,19 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from pipelines.agent.calls import ErrorType, ToolError, printable
 from pipelines.agent.tools import (
@@ -39,33 +52,88 @@ from pipelines.agent.tools import (
     field_error,
 )
 from pipelines.config import ToolParams
+from pipelines.errors import OmneError
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 4096
+TRIM_AFTER_BYTES = 4 * 1024 * 1024  # ended episodes' bytes after which the server trims its heap (trim_heap)
+ENTRY_OVERHEAD = 150  # the store's own entry of an episode (its key's place, the (state, size) tuple)
+
+
+class TokenError(OmneError, ValueError):
+    """A bearer token that cannot travel in an HTTP header: refused at the server's start and by the client alike."""
+
+
+def bearer_bytes(token: str) -> bytes:
+    """The bytes of a bearer token, as both ends send and compare them: its UTF-8 encoding (so 'sécret-tøken' works;
+    a token read from a command line or environment in another encoding keeps its bytes: surrogateescape). A token
+    with a control character or leading/trailing whitespace can never arrive intact in a header: refused."""
+    try:
+        raw = token.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise TokenError("the bearer token is not valid Unicode (it contains a lone surrogate)") from None
+    if any(byte < 0x20 or byte == 0x7F for byte in raw) or raw != raw.strip(b" \t"):
+        raise TokenError("the bearer token must not contain control characters nor start or end with whitespace")
+    return raw
+
+
+def lenient(schema: dict[str, Any]) -> Any:
+    """A request field documented by ``schema`` but accepted as any JSON value, so that a wrong one becomes a typed
+    tool error for that call (as in-process) rather than a 422 for the whole request or batch."""
+    return Annotated[Any, WithJsonSchema({"anyOf": [schema, {"type": "null"}]})]
 
 
 def lenient_text(max_chars: int) -> Any:
-    """A request field typed as text (at most ``max_chars``) in the schema but accepted as anything, so that a wrong
-    value becomes a typed tool error for that call (as in-process) rather than a 422 for the whole request or batch."""
-    return Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": max_chars}, {"type": "null"}]})]
+    """A request field typed as text (at most ``max_chars``) in the schema, accepted as anything (``lenient``)."""
+    return lenient({"type": "string", "maxLength": max_chars})
 
 
 NameField = lenient_text(REQUEST_FIELD_MAX_CHARS)
 QuestionField = lenient_text(QUESTION_MAX_CHARS)
+CallField = lenient({"anyOf": [{"type": "string"}, {"type": "object"}]})
+ScopeField = lenient(Scope.model_json_schema())
 
 
 class CallRequest(BaseModel):
-    call: str | dict[str, Any] = Field(description='Written call, e.g. node_info(node_name="X", graph_type="d"), '
-                                       'or {"name": ..., "arguments": {...}}')
+    """One call and the fields of its episode. Any JSON value is accepted for each field, and any JSON value for the
+    request itself: what cannot be used is that call's typed tool error (``refusal``), never a 422 of the batch."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["call"]})
+    call: CallField = Field(None, description='Written call, e.g. node_info(node_name="X", graph_type="d"), '
+                            'or {"name": ..., "arguments": {...}}')
     graph_type: NameField = Field(None, description="The episode's graph, for tools without a graph_type argument.")
     episode_id: NameField = Field(None, description="Keeps per-episode tool state (search backtracking) across "
                                   "calls; end it with DELETE /v1/episodes/{episode_id} to free that state.")
-    scope: Scope | None = Field(None, description="Restrict the episode's tools to the entities within `hops` of "
-                                "`seeds` (external KGQA sets); kept by the episode for its later calls.")
+    scope: ScopeField = Field(None, description="Restrict the episode's tools to the entities within `hops` of "
+                              "`seeds` (external KGQA sets); kept by the episode for its later calls.")
     question: QuestionField = Field(
         None, description="The question the episode answers; kept by the episode for its later calls. With "
         "tools.node_info_order: question, node_info lists the relations closest to it first.")
+    _not_an_object: str | None = PrivateAttr(None)  # the JSON type of a request that was not an object
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _any_json(cls, data: Any, handler: ModelWrapValidatorHandler[CallRequest]) -> CallRequest:
+        if isinstance(data, dict | cls):
+            return handler(data)
+        if isinstance(data, bytes | bytearray):  # a body FastAPI did not parse: not sent as JSON
+            raise PydanticCustomError("not_json", "send the request body as JSON (content-type: application/json)")
+        request = handler({})
+        request._not_an_object = _json_type(data)
+        return request
+
+    def refusal(self) -> ToolError | None:
+        """Why this request is not a call at all (a batch item or body that is not a JSON object), else None."""
+        if self._not_an_object is None:
+            return None
+        return ToolError(type=ErrorType.INVALID_ARGUMENT, message='a call request must be a JSON object '
+                         f'{{"call": ..., "graph_type": ..., ...}}, got {self._not_an_object}')
+
+
+def _json_type(value: object) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 class BatchRequest(BaseModel):
@@ -91,6 +159,7 @@ class EpisodeStore:
         self.max_bytes = defaults.episodes_max_bytes if max_bytes is None else max_bytes
         self.scope_max_bytes = defaults.scope_max_bytes if scope_max_bytes is None else scope_max_bytes
         self.nbytes = 0
+        self.freed = 0  # bytes of the episodes dropped since take_freed() last said so
         self._states: OrderedDict[str, tuple[EpisodeState, int]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -121,25 +190,72 @@ class EpisodeStore:
                 state = entry[0]
                 self.nbytes -= entry[1]
             if checked is not None:
-                state.scope = checked
+                state.set_scope(checked)
             if question is not None:
                 state.question = question
-            # measured now, i.e. with the path its previous calls grew (a search adds one bounded frame)
-            size = state.nbytes() + sys.getsizeof(episode_id)
-            self._states[episode_id] = (state, size)
-            self.nbytes += size
-            while self._states and (len(self._states) > self.capacity or self.nbytes > self.max_bytes):
-                _, (_, dropped) = self._states.popitem(last=False)
-                self.nbytes -= dropped
+            # measured now, with what its previous calls grew; settle() measures it again after this call
+            self._put(episode_id, state)
             return state
 
+    def settle(self, episode_id: object, state: EpisodeState) -> None:
+        """Measure an episode again after a call of it: a call grows it (the scope resolved on its graph, a search
+        frame, node_info's walk), and the store's bytes must count what it holds now."""
+        if not isinstance(episode_id, str) or state.refused is not None:
+            return
+        with self._lock:
+            entry = self._states.get(episode_id)
+            if entry is not None and entry[0] is state:
+                self.nbytes -= entry[1]
+                self._put(episode_id, state)
+
+    def _put(self, episode_id: str, state: EpisodeState) -> None:
+        """Store (or re-measure) an episode as the most recently used, then drop the least recently used until the
+        store fits its bounds (the lock held)."""
+        size = state.nbytes() + sys.getsizeof(episode_id) + ENTRY_OVERHEAD
+        self._states[episode_id] = (state, size)
+        self._states.move_to_end(episode_id)
+        self.nbytes += size
+        while self._states and (len(self._states) > self.capacity or self.nbytes > self.max_bytes):
+            _, (_, dropped) = self._states.popitem(last=False)
+            self.nbytes -= dropped
+
     def drop(self, episode_id: str) -> bool:
-        """Forget an episode (its scope and search path are freed)."""
+        """Forget an episode: its scope, its resolved entities and its search path are freed with it."""
         with self._lock:
             entry = self._states.pop(episode_id, None)
             if entry is not None:
                 self.nbytes -= entry[1]
+                self.freed += entry[1]
             return entry is not None
+
+    def take_freed(self, at_least: int) -> bool:
+        """True (and the count starts again) once episodes of at least ``at_least`` bytes were dropped since the
+        last time it was True: when handing the freed heap back to the OS is worth its cost."""
+        with self._lock:
+            if self.freed < at_least:
+                return False
+            self.freed = 0
+            return True
+
+
+def run_request(toolbox: KGToolbox, episodes: EpisodeStore, request: CallRequest) -> ToolResult:
+    """One call of a request, with its episode's state (server and in-process client alike); never raises."""
+    refusal = request.refusal()
+    if refusal is not None:
+        return ToolResult(name="", arguments={}, ok=False, error_type=refusal.type, content=refusal.render())
+    episode = episodes.get(request.episode_id, request.graph_type, request.scope, request.question)
+    result = toolbox.call(request.call, graph_type=request.graph_type, episode=episode)
+    episodes.settle(request.episode_id, episode)
+    return result
+
+
+def trim_heap() -> None:
+    """Hand the heap's free pages back to the OS (glibc's malloc_trim; nothing elsewhere). An ended episode's
+    memory is free at once, but glibc keeps freed pages mapped: without this the RSS of a server whose clients end
+    their episodes never goes down (bench/reliability.py: 0 MB back after ending 1,000 episodes)."""
+    from pipelines.train.memory import malloc_trim  # the project's one place for glibc's malloc tuning
+
+    malloc_trim()
 
 
 def _encodable(result: ToolResult) -> bool:
@@ -215,7 +331,7 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
     app = FastAPI(title="omne KG tool server", version="1", description=__doc__, lifespan=lifespan)
     app.state.episodes, app.state.pool = episodes, pool
     bearer = HTTPBearer(auto_error=False)
-    expected = token.encode("utf-8") if token else None
+    expected = bearer_bytes(token) if token else None  # a token the client could not send is refused here, at start
 
     async def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if expected is None:
@@ -229,8 +345,7 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
                                 headers={"WWW-Authenticate": "Bearer"})
 
     def run(request: CallRequest) -> ToolResult:
-        episode = episodes.get(request.episode_id, request.graph_type, request.scope, request.question)
-        return toolbox.call(request.call, graph_type=request.graph_type, episode=episode)
+        return run_request(toolbox, episodes, request)
 
     def run_one(request: CallRequest) -> bytes:
         return _json(run(request), _unencodable())
@@ -282,7 +397,26 @@ def create_app(toolbox: KGToolbox, *, token: str | None = None, max_body_bytes: 
 
     @app.delete("/v1/episodes/{episode_id}", dependencies=[Depends(authorised)])
     async def end_episode(episode_id: str) -> dict[str, bool]:
-        return {"dropped": episodes.drop(episode_id)}
+        dropped = episodes.drop(episode_id)
+        if episodes.take_freed(TRIM_AFTER_BYTES):  # on the tool threads: never in the event loop's way
+            asyncio.get_running_loop().run_in_executor(pool, trim_heap)
+        return {"dropped": dropped}
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """What is left to refuse whole: a body that is not JSON (400), a batch without a list of calls (422). The
+        reply never echoes the input (a lone surrogate in it made the encoder's error text the reply)."""
+        errors = exc.errors()
+        for error in errors:
+            if error.get("type") in ("json_invalid", "not_json") or (
+                    error.get("type") == "missing" and tuple(error.get("loc", ())) == ("body",)):
+                reason = {"json_invalid": "it is not valid JSON", "missing": "it is empty"}.get(
+                    error["type"], "send it as JSON (content-type: application/json)")
+                return JSONResponse({"detail": f"the request body is not JSON: {reason}"}, status_code=400)
+        detail = [{"loc": [printable(str(part))[:100] for part in error.get("loc", ())],
+                   "msg": printable(str(error.get("msg", "")))[:300], "type": str(error.get("type", ""))}
+                  for error in errors[:10]]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(ValueError)
     async def value_error(_: Request, exc: ValueError) -> JSONResponse:

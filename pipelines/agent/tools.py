@@ -112,7 +112,7 @@ class Scope(BaseModel):
     entities inside. Seeds are entity names (normalised look-up); ones the KG lacks are ignored.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, strict=True)  # no coercion: "2", 2.0 or true are not hops, 3 is no seed
     seeds: list[str] = Field(max_length=100)
     hops: int = Field(2, ge=0, le=4)
 
@@ -121,6 +121,56 @@ SEARCH_PATH_FRAMES = 128  # search steps an episode remembers for backtracking (
 WALK_MEMORY = 16  # entities an episode remembers having listed with node_info (a walk is at most a few hops)
 REQUEST_FIELD_MAX_CHARS = 200  # graph_type and episode_id are names, never text
 QUESTION_MAX_CHARS = 4000  # an episode's question (a request field): longer is refused with a typed error
+
+
+@dataclass(frozen=True, eq=False)
+class Allowed:
+    """A scope resolved on one graph: the sorted ids of the entities inside it, 4 bytes an entity (a Python set of
+    them held ~60 bytes an entity: 1,000 scopes of a few thousand entities were over 100 MB)."""
+
+    ids: np.ndarray  # sorted, unique
+
+    def __contains__(self, entity: object) -> bool:
+        at = int(np.searchsorted(self.ids, entity))
+        return at < self.ids.size and int(self.ids[at]) == entity
+
+    def mask(self, entities: np.ndarray) -> np.ndarray:
+        """Which of ``entities`` are inside (a boolean array of their shape)."""
+        if not self.ids.size:
+            return np.zeros(np.shape(entities), dtype=bool)
+        at = np.minimum(np.searchsorted(self.ids, entities), self.ids.size - 1)
+        return self.ids[at] == entities
+
+    def nbytes(self) -> int:
+        return self.ids.nbytes + ALLOWED_OVERHEAD
+
+
+@dataclass(frozen=True, eq=False)
+class ResolvedScope:
+    """An episode's scope resolved on the graph it last called (the graph's name and version, the Scope object)."""
+
+    graph: str
+    signature: str
+    scope: Scope
+    allowed: Allowed
+
+
+# bytes of Python objects around the data an episode holds, measured with tracemalloc (tests/test_tool_memory.py)
+EPISODE_OVERHEAD = 350  # the state, its lists and dict
+QUERY_OVERHEAD = 400  # a cached query vector: the array's header, the key, the LRU's entry (beside text and vector)
+PHRASES_OVERHEAD = 400  # an entity's cached phrase vectors: the batch's array header, the key, the LRU's entry
+PHRASE_OVERHEAD = 200  # each of its vectors: a view's header, its (direction, label) key
+SCOPE_OVERHEAD = 500  # the Scope object around its list of seeds
+ALLOWED_OVERHEAD = 400  # ResolvedScope, Allowed, the array's header
+
+
+def text_nbytes(text: str | None) -> int:
+    return sys.getsizeof(text) if isinstance(text, str) else 0
+
+
+def scope_nbytes(scope: Scope) -> int:
+    """The memory a Scope holds: the object, its list and its seed strings (a client sent them: nothing shares them)."""
+    return SCOPE_OVERHEAD + sys.getsizeof(scope.seeds) + sum(sys.getsizeof(seed) for seed in scope.seeds)
 
 
 @dataclass
@@ -139,16 +189,29 @@ class EpisodeState:
     walked: list[tuple[str, int]] = field(default_factory=list)  # (graph, entity) node_info listed, last WALK_MEMORY
     # the clause of the question each walked entity's relations were ranked by (index in question_clauses)
     clause_of: dict[tuple[str, int], int] = field(default_factory=dict)
+    # the scope resolved on the graph last called: kept by the episode (not by a cache shared by every episode), so
+    # that it is counted in the episode's bytes and freed with it (DELETE /v1/episodes/{id}, or dropped as LRU)
+    resolved: ResolvedScope | None = None
+
+    def set_scope(self, scope: Scope) -> None:
+        """Give the episode ``scope``; one equal to its own keeps the one held (and its resolved entities)."""
+        if self.scope is not None and self.scope.hops == scope.hops and self.scope.seeds == scope.seeds:
+            return
+        self.scope, self.resolved = scope, None
 
     def nbytes(self) -> int:
-        """Estimated memory held (what a store of many episodes bounds in bytes)."""
-        size = 200 + (sys.getsizeof(self.graph_type) if self.graph_type else 0)
+        """The memory the episode holds, in bytes: what a store of many episodes bounds (tools.episodes_max_bytes).
+        Within ~20% of tracemalloc's measure (tests/test_tool_memory.py)."""
+        size = EPISODE_OVERHEAD + text_nbytes(self.graph_type) + text_nbytes(self.question)
         if self.scope is not None:
-            size += 200 + sum(sys.getsizeof(seed) + 8 for seed in self.scope.seeds)
+            size += scope_nbytes(self.scope)
+        if self.resolved is not None:
+            size += self.resolved.allowed.nbytes()
+            if self.resolved.scope is not self.scope:
+                size += scope_nbytes(self.resolved.scope)
         for frame in self.path:
             size += 150 + sys.getsizeof(frame.question) + 36 * len(frame.candidates)
-        return (size + (sys.getsizeof(self.question) if self.question else 0) + 100 * len(self.walked)
-                + 150 * len(self.clause_of))
+        return size + 100 * len(self.walked) + 150 * len(self.clause_of)
 
 
 _CLAUSE_BREAK = re.compile(r"(?<=[.?!])\s+|,\s+|\s+(?=(?:which|whose)\s)")
@@ -300,14 +363,6 @@ class ByteLRU:
                 self.nbytes -= self._entries.pop(key)[1]
 
 
-@dataclass(frozen=True)
-class Allowed:
-    """A scope resolved on one graph: the entity ids inside it, as a set and as a sorted array."""
-
-    members: frozenset[int]
-    ids: np.ndarray
-
-
 def subgraph_entities(graph: DomainGraph, seeds: Iterable[int], hops: int) -> frozenset[int]:
     """The entity ids within ``hops`` of ``seeds`` in ``graph``, relations followed in both directions."""
     seen = set(seeds)
@@ -324,6 +379,34 @@ def subgraph_entities(graph: DomainGraph, seeds: Iterable[int], hops: int) -> fr
             break
         frontier = reached
     return frozenset(seen)
+
+
+def scope_ids(graph: DomainGraph, seeds: Iterable[int], hops: int) -> np.ndarray:
+    """``subgraph_entities`` as a sorted array of ids (int32 when the graph allows), breadth first over the CSR
+    arrays: no Python object per entity, so resolving a scope of thousands of entities leaves nothing behind."""
+    inside = np.zeros(graph.num_entities, dtype=bool)
+    frontier = np.unique(np.fromiter(seeds, dtype=np.int64))
+    inside[frontier] = True
+    for _ in range(hops):
+        if not frontier.size:
+            break
+        reached = np.concatenate([_neighbours(graph.out_ptr, graph.out_idx, graph.rel_dst, frontier),
+                                  _neighbours(graph.in_ptr, graph.in_idx, graph.rel_src, frontier)])
+        frontier = np.unique(reached[~inside[reached]])
+        inside[frontier] = True
+    ids = np.flatnonzero(inside)
+    return ids.astype(np.int32) if graph.num_entities < 2**31 else ids
+
+
+def _neighbours(pointers: np.ndarray, relations: np.ndarray, ends: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The other ends of every relation of ``nodes`` in one CSR direction (``ends``: rel_dst for the outgoing ones)."""
+    starts, lengths = pointers[nodes], pointers[nodes + 1] - pointers[nodes]
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    # position k of node j's run is starts[j] + k: each run's first position, repeated, plus a running count
+    first = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return ends[relations[first + np.arange(total)]]
 
 
 def _error(kind: ErrorType, message: str) -> ToolError:
@@ -359,8 +442,11 @@ class KGToolbox:
         self._lock = threading.Lock()
         self._encoder = encoder
         self._reload_check_seconds = reload_check_seconds
-        # query vectors ("query", text) and resolved scopes ("scope", ...), least recently used dropped first
+        # query vectors ("query", text) and node_info's relation-phrase vectors ("phrases", graph, entity), least
+        # recently used dropped first; resolved scopes are kept by their episodes, shared here while one lives
         self._cache = ByteLRU(self.tool_params.cache_max_bytes)
+        self._scopes: weakref.WeakValueDictionary[tuple[str, str, bytes, int], Allowed] = weakref.WeakValueDictionary()
+        self._scopes_lock = threading.Lock()
         _TOOLBOXES.add(self)
         self._handlers: dict[str, Callable[[DomainGraph, dict[str, Any], EpisodeState], str | ToolError]] = {
             "entity_matcher": self._entity_matcher, "node_info": self._node_info,
@@ -385,8 +471,8 @@ class KGToolbox:
         key = ("query", text)
         vector = self._cache.get(key)
         if vector is None:
-            vector = self.encoder.encode([text], cache=stored)[0]
-            self._cache.put(key, vector, sys.getsizeof(text) + vector.nbytes + 300)
+            vector = self.encoder.encode([text], cache=stored)[0].copy()  # a view would hold its batch's array
+            self._cache.put(key, vector, sys.getsizeof(text) + vector.nbytes + QUERY_OVERHEAD)
         return vector
 
     def public(self, text: str) -> str:
@@ -453,7 +539,8 @@ class KGToolbox:
             scope = checked_scope(episode.scope, self.tool_params.scope_max_bytes)
             if isinstance(scope, ToolError):
                 return scope
-            episode.scope = scope
+            if scope is not episode.scope:  # a dict given in-process, now validated: nothing resolved from it yet
+                episode.scope, episode.resolved = scope, None
         return refusal
 
     def parse(self, call: object) -> ToolCall | ToolError:
@@ -468,6 +555,8 @@ class KGToolbox:
             return bind_call(call.get("name"), [], arguments, self.specs, **limits)
         if isinstance(call, str):
             return parse_call(call, self.specs, max_call_chars=self.tool_params.max_call_chars, **limits)
+        if call is None:
+            return ToolError(type=ErrorType.FORMAT_ERROR, message="no tool call given (the request's call is missing)")
         return ToolError(type=ErrorType.FORMAT_ERROR, message="the tool call must be text or a JSON object")
 
     def execute(self, call: ToolCall, *, graph_type: str | None = None,
@@ -505,20 +594,26 @@ class KGToolbox:
             return _error(ErrorType.SERVER_ERROR, str(exc))
 
     # ----- scopes ---------------------------------------------------------------------------------------
-    def allowed(self, graph: DomainGraph, scope: Scope | None) -> Allowed | None:
-        """The entities of ``graph`` inside ``scope`` (None: no scope, everything); cached per graph version."""
+    def allowed(self, graph: DomainGraph, episode: EpisodeState) -> Allowed | None:
+        """The entities of ``graph`` inside the episode's scope (None: no scope, everything). Kept by the episode
+        (``EpisodeState.resolved``: counted in its bytes, freed with it) and shared by the live episodes of the same
+        scope (a weak map: a GRPO group's rollouts of one question resolve it once), never by a cache of its own."""
+        scope = episode.scope
         if scope is None:
             return None
-        # keyed by a digest, not the seeds: the cache must not keep a client's strings alive after its episode
+        held = episode.resolved
+        if held is not None and (held.graph, held.signature) == (graph.name, graph.signature) and held.scope is scope:
+            return held.allowed
         digest = hashlib.sha256(json.dumps(scope.seeds, ensure_ascii=False).encode("utf-8", "replace")).digest()
-        key = ("scope", graph.name, graph.signature, digest, scope.hops)
-        found = self._cache.get(key)
-        if found is not None:
-            return found
-        seeds = [i for i in (graph.lookup(name) for name in scope.seeds) if i is not None]
-        members = subgraph_entities(graph, seeds, scope.hops)
-        found = Allowed(members=members, ids=np.array(sorted(members), dtype=np.int64))
-        self._cache.put(key, found, sys.getsizeof(members) + 32 * len(members) + found.ids.nbytes + 400)
+        key = (graph.name, graph.signature, digest, scope.hops)
+        with self._scopes_lock:
+            found = self._scopes.get(key)
+        if found is None:
+            seeds = [i for i in (graph.lookup(name) for name in scope.seeds) if i is not None]
+            resolved = Allowed(ids=scope_ids(graph, seeds, scope.hops))
+            with self._scopes_lock:
+                found = self._scopes.setdefault(key, resolved)
+        episode.resolved = ResolvedScope(graph=graph.name, signature=graph.signature, scope=scope, allowed=found)
         return found
 
     def _nearest(self, graph: DomainGraph, vector: np.ndarray, k: int,
@@ -535,7 +630,8 @@ class KGToolbox:
         """The relations of ``entity`` whose other end is allowed (``relations`` itself without a scope)."""
         if allowed is None:
             return relations
-        return [r for r in relations if graph.other_end(int(r), entity) in allowed.members]
+        src, dst = graph.rel_src[relations], graph.rel_dst[relations]
+        return relations[allowed.mask(np.where(src == entity, dst, src))]
 
     # ----- shared look-ups -----------------------------------------------------------------------------
     def _resolve(self, graph: DomainGraph, name: str, *, fuzzy: bool, allowed: Allowed | None = None) -> int | None:
@@ -548,7 +644,7 @@ class KGToolbox:
             found = graph.lookup(typed["name"])
             if found is not None and shown_type(graph.types[found]) != typed["type"].strip():
                 found = None
-        if found is not None and allowed is not None and found not in allowed.members:
+        if found is not None and allowed is not None and found not in allowed:
             found = None
         if found is not None or not fuzzy or graph.vectors is None or not name.strip():
             return found  # a stale or missing index gives no fallback
@@ -580,7 +676,7 @@ class KGToolbox:
         if not query:
             return _error(ErrorType.INVALID_ARGUMENT, "entity_matcher: node_name is empty")
         hits = self._nearest(graph, self._embed(query), self.tool_params.entity_matcher_top_k,
-                             self.allowed(graph, episode.scope))
+                             self.allowed(graph, episode))
         lines = [f"Found {len(hits)} entities matching '{_clip(query, 120)}':"]
         if self.tool_params.matcher_descriptions:
             lines += [f"{rank}. Entity: {graph.names[i]} Description: {self._describe(graph.descriptions[i])}"
@@ -595,7 +691,7 @@ class KGToolbox:
 
     def _node_info(self, graph: DomainGraph, args: dict[str, Any], episode: EpisodeState) -> str | ToolError:
         name = args["node_name"]
-        allowed = self.allowed(graph, episode.scope)
+        allowed = self.allowed(graph, episode)
         entity = self._resolve(graph, name, fuzzy=True, allowed=allowed)
         if entity is None:
             return self._not_found(name, self._closest_names(graph, name, allowed))
@@ -685,7 +781,9 @@ class KGToolbox:
                      for incoming, label in kinds]
             encoded = self.encoder.encode(texts)
             vectors = dict(zip(kinds, encoded, strict=True))
-            self._cache.put(key, vectors, encoded.nbytes + sum(sys.getsizeof(label) + 250 for _, label in kinds))
+            # the labels are the graph's strings; each vector is a view (an array header) of the batch's array
+            self._cache.put(key, vectors, sys.getsizeof(vectors) + encoded.nbytes + PHRASES_OVERHEAD
+                            + PHRASE_OVERHEAD * len(kinds))
         return vectors
 
     def _listed_entity(self, graph: DomainGraph, entity: int) -> str:
@@ -704,7 +802,7 @@ class KGToolbox:
 
     def _relations(self, graph: DomainGraph, args: dict[str, Any], side: str, episode: EpisodeState) -> str | ToolError:
         name = args["entity"]
-        allowed = self.allowed(graph, episode.scope)
+        allowed = self.allowed(graph, episode)
         entity = self._resolve(graph, name, fuzzy=False, allowed=allowed)
         if entity is None:
             return self._not_found(name)
@@ -724,7 +822,7 @@ class KGToolbox:
 
     def _entities(self, graph: DomainGraph, args: dict[str, Any], side: str, episode: EpisodeState) -> str | ToolError:
         name, relation = args["entity"], args["relation"]
-        allowed = self.allowed(graph, episode.scope)
+        allowed = self.allowed(graph, episode)
         entity = self._resolve(graph, name, fuzzy=False, allowed=allowed)
         if entity is None:
             return self._not_found(name)
@@ -764,7 +862,7 @@ class KGToolbox:
         return ranked[: self.tool_params.search_max_triples]
 
     def _expand(self, graph: DomainGraph, entity: int, question: str, episode: EpisodeState, header: str) -> str:
-        triples = self._relevant_triples(graph, entity, question, self.allowed(graph, episode.scope))
+        triples = self._relevant_triples(graph, entity, question, self.allowed(graph, episode))
         visited = {frame.entity for frame in episode.path} | {entity}
         candidates = list(dict.fromkeys(graph.other_end(r, entity) for r in triples))
         episode.path.append(Frame(entity=entity, question=question,
@@ -792,7 +890,7 @@ class KGToolbox:
                               f'next candidate: "{graph.names[candidate]}".\n')
                     return self._expand(graph, candidate, question or parent.question, episode, header)
             return _error(ErrorType.NO_RESULTS, f'"{graph.names[parent.entity]}" has no more candidates to try')
-        entity = self._resolve(graph, args["entity"], fuzzy=True, allowed=self.allowed(graph, episode.scope))
+        entity = self._resolve(graph, args["entity"], fuzzy=True, allowed=self.allowed(graph, episode))
         if entity is None:
             return self._not_found(args["entity"])
         if episode.path and entity in episode.path[-1].candidates:  # following a candidate of the last step
