@@ -194,3 +194,10 @@ def solar_qa(solar: Params) -> Params:
     build_gold_paths("solar", solar)
     build_qa_dataset(solar, ["solar"])
     return solar
+
+
+@pytest.fixture
+def no_llm_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own endpoint settings must not leak into the LLM client tests."""
+    for name in ("OMNE_LLM_BASE_URL", "OMNE_LLM_MODEL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)

@@ -31,12 +31,7 @@ from pipelines.llm.structured import complete_json_many
 from tests.conftest import PROJECT_ROOT, cli_env
 from tests.model_support import build_tiny_llama
 
-
-@pytest.fixture(autouse=True)
-def _no_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The developer's own endpoint settings must not leak into the tests."""
-    for name in ("OMNE_LLM_BASE_URL", "OMNE_LLM_MODEL", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_llm_endpoint_env")
 
 
 def ask(text: str, **fields: Any) -> ChatRequest:

@@ -48,10 +48,7 @@ from tests.conftest import chemistry_project, cli_env
 TAG = "probe.hostile"
 
 
-@pytest.fixture(autouse=True)
-def _no_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OMNE_LLM_BASE_URL", "OMNE_LLM_MODEL", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_llm_endpoint_env")
 
 
 def needs_answer(value: dict[str, Any]) -> None:

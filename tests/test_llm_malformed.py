@@ -45,10 +45,7 @@ from tests.conftest import DATA, cli_env
 TAG = "probe.malformed"
 
 
-@pytest.fixture(autouse=True)
-def _no_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OMNE_LLM_BASE_URL", "OMNE_LLM_MODEL", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_llm_endpoint_env")
 
 
 class Gateway:
