@@ -36,7 +36,7 @@ from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir
 from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs, read_qa_pairs, relation_graph
 from pipelines.qa.names import find_name, written_name
-from pipelines.qa.phrases import PhraseLexicon, edge_phrase, singular_subject, type_noun
+from pipelines.qa.phrases import PhraseLexicon, edge_phrase, shown_keywords, singular_subject, type_noun
 from pipelines.qa.template import keyword_sentence, relation_sentence
 from pipelines.train.sft_data import question_spelling
 from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env, make_project
@@ -457,6 +457,18 @@ def test_node_info_reads_unlabelled_relations_by_their_sentences_or_keywords(box
         GRADE_30_KEYWORDS
 
 
+def test_a_merged_keyword_list_is_shown_as_its_gist() -> None:
+    # a NIST CSF 2.0 hub relation (kg_assets/nist_csf_lightrag, "Header" -- "The NIST Cybersecurity Framework (CSF)
+    # 2.0"): LightRAG merged 36 keywords; node_info shows the 4 that share most words with the rest, in their order
+    merged = ("Kind: text,NIST CSWP 29,content context,document content,document location,document page reference,"
+              "document reference,file reference,header information,metadata field,page 5,page number,page reference,"
+              "reference point,specific page reference")
+    assert shown_keywords(merged) == "document page reference,document reference,page reference,specific page reference"
+    assert shown_keywords("waste,offcuts") == "waste,offcuts"  # the training graphs' lists (<= 4) as they are
+    assert shown_keywords("a,b,c,d") == "a,b,c,d"
+    assert len(shown_keywords(merged, 2).split(",")) == 2
+
+
 def test_domain_graph_labels_relations_with_phrases_read_from_src_to_dst(construction: Params) -> None:
     phrased = DomainGraph.load(construction.artifacts_dir, "construction")
     plain = DomainGraph.load(construction.artifacts_dir, "construction", relation_phrases=False)
@@ -570,7 +582,12 @@ def test_short_ies_verbs_keep_their_e() -> None:
                ("DEB talks about the importance of making strategic CAREER MOVES.", "DEB", "CAREER MOVES"),  # adjective
                ("Poplar tree symbolizes desolation in Scrooge.", "POPLAR", "SCROOGE"),  # "tree" is no verb
                ("ADA and LENNY discuss MONETIZATION.", "ADA", "MONETIZATION"),
-               ("ADA has played a role in managing FUNDING.", "ADA", "FUNDING")]  # "does ADA have played"
+               ("ADA has played a role in managing FUNDING.", "ADA", "FUNDING"),  # "does ADA have played"
+               # NIST CSF 2.0 (kg_assets/nist_csf_lightrag): a plural noun before "of", the rest of a longer name
+               ("Kind properties of the entity in NIST Cybersecurity Framework (CSF) 2.0.", "Kind",
+                "NIST Cybersecurity Framework (CSF) 2.0"),  # asked "An entity properties of the entity in …"
+               ("NIST Cybersecurity Framework 2.0 document is processed by PyMuPDF.", "NIST Cybersecurity Framework",
+                "PyMuPDF")]  # asked "A concept 2.0 document is processed by …"
     for text, head, tail in refused:
         assert edge_statement(text, head, tail) is None, text
     kept = [("Septic embolism asks to code Lung abscess first.", "Septic embolism", "Lung abscess",
@@ -578,7 +595,8 @@ def test_short_ies_verbs_keep_their_e() -> None:
             ("CUBE TESTS check the strength of GRADE 30 CONCRETE.", "CUBE TESTS", "GRADE 30 CONCRETE",
              "{head} check the strength of {tail}"),  # a base-form verb (the singular rule makes it "checks")
             ("Valentine oversaw the ledger of Scrooge.", "VALENTINE", "SCROOGE", "{head} oversaw the ledger of {tail}"),
-            ("ACME does not include BETA.", "ACME", "BETA", "{head} does not include {tail}")]
+            ("ACME does not include BETA.", "ACME", "BETA", "{head} does not include {tail}"),
+            ("CONCRETE consists of CEMENT.", "CONCRETE", "CEMENT", "{head} consists of {tail}")]  # a verb with "of"
     for text, head, tail, statement in kept:
         assert edge_statement(text, head, tail) == statement, text
 

@@ -19,7 +19,7 @@ from pipelines.kg.model import normalise_key
 from pipelines.kg.store import read_kg
 from pipelines.layout import index_dir, kg_dir
 from pipelines.manifest import MANIFEST_NAME, read_manifest
-from pipelines.qa.phrases import edge_phrase
+from pipelines.qa.phrases import edge_phrase, shown_keywords
 
 
 def _grouped(keys: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +75,8 @@ class DomainGraph:
         names = entities["name"].to_list()
         keywords = relations["keywords"].to_list()
         phrased = np.zeros(len(keywords), dtype=bool)
+        if not kg.directed:  # LightRAG's merged keyword lists, cut to what the training graphs carry
+            keywords = [shown_keywords(k) for k in keywords]
         if relation_phrases and not kg.directed:
             keywords, phrased = phrase_labels(names, src, dst, keywords, relations["description"].to_list())
         # within an entity: by relation label, then by the other end's name (deterministic, readable)

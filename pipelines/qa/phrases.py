@@ -393,6 +393,12 @@ _OBJECT_PARTICLES = {"up", "out", "off", "down", "against", "like", "than", "aft
                      "across", "behind", "beyond", "without", "alongside", "per", "past", "near", "inside", "outside"}
 
 
+# the verbs a statement may follow with "of" ("consists of"); any other "-s of" is a plural noun ("properties of")
+_VERBS_OF = {"consist", "approve", "disapprove", "speak", "think", "dream", "dispose", "partake", "smell", "taste",
+             "despair", "tire", "die", "boast", "complain", "hear", "know", "learn", "remind", "accuse", "convince",
+             "inform", "warn", "rob", "deprive", "relieve", "strip", "clear", "cure", "notify", "assure"}
+
+
 def _starts_a_verb_group(middle: list[str]) -> bool:
     """Whether the words after a statement's first end start its verb group: a verb, a form of be or have, a modal
     or an adverb ("also", "frequently"), or a word that may be a verb in its base form ("CUBE TESTS check the
@@ -400,8 +406,10 @@ def _starts_a_verb_group(middle: list[str]) -> bool:
     symbolizes …" leaves "{head} tree symbolizes …", which the singular rule would turn into "Poplar trees
     symbolizes"."""
     first, second = middle[0], middle[1] if len(middle) > 1 else ""
-    if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS:
-        return False
+    if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS or not first.isalpha():  # "{head} 2.0 document
+        return False  # is processed by": the rest of a longer name, which the question would drop
+    if second == "of" and first not in {"has", "does"} and base_verb(first) not in _VERBS_OF | {None}:
+        return False  # "Kind properties of the entity in …": a plural noun, not a verb
     if _verb_form(first) or first in {"has", "have", "had"} or first in _NOT_VERBS or first.endswith("ly"):
         return True
     return not _verb_form(second)
@@ -427,6 +435,24 @@ def _takes_an_object(word: str, before: str) -> bool:
         return False
     return (word in PREPOSITIONS or word in _OBJECT_PARTICLES or word in BE or base_verb(word) is not None
             or _is_past(word) or before in AUXILIARIES | MODALS | _NOT_VERBS | {"to"})  # "does not include"
+
+
+MAX_SHOWN_KEYWORDS = 4  # an unphrased relation's keyword list as shown: the training graphs' lists have <= 4 (p90)
+
+
+def shown_keywords(keywords: str, limit: int = MAX_SHOWN_KEYWORDS) -> str:
+    """An unlabelled relation's keyword list as a tool shows it: at most ``limit`` keywords, those that share the
+    most words with the rest of the list (its gist), in their order. LightRAG merges every extraction record's
+    keywords into one list: NIST CSF's hub relations carry 36 ("Kind: text,NIST CSWP 29,content context,...", ~600
+    characters), where the graphs the agent trained on carry 2-4, and the agent repeated its call on such a node
+    (docs/tools.md, "Relations without a label")."""
+    parts = list(dict.fromkeys(k.strip() for k in keywords.split(",") if k.strip()))
+    if len(parts) <= limit:
+        return keywords
+    words = [{w for w in re.findall(r"[a-z]+", k.lower()) if w not in STOPWORDS} for k in parts]
+    shared = [sum(1 for j, other in enumerate(words) if j != i and mine & other) for i, mine in enumerate(words)]
+    kept = sorted(sorted(range(len(parts)), key=lambda i: (-shared[i], len(parts[i]), i))[:limit])
+    return ",".join(parts[i] for i in kept)
 
 
 MAX_EDGE_PHRASE_WORDS = 6  # a relation's phrase in node_info (a verb group, "is cast in"); longer: its keywords

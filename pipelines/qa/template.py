@@ -18,7 +18,14 @@ import numpy as np
 
 from pipelines.qa.names import find_name
 from pipelines.qa.paths import RelationGraph, Step
-from pipelines.qa.phrases import PREPOSITIONS, RelationPhrases, drop_article, edge_phrase, label_statement
+from pipelines.qa.phrases import (
+    PREPOSITIONS,
+    RelationPhrases,
+    drop_article,
+    edge_phrase,
+    label_statement,
+    shown_keywords,
+)
 
 _SPACES = re.compile(r"\s+")
 _TRAILING = re.compile(r"[\s.;:,!]+$")
@@ -41,7 +48,8 @@ def relation_sentence(graph: RelationGraph, relation: int, *, descriptions: bool
     if phrased and not graph.kg.directed and (found := edge_phrase(graph.rel_descriptions[relation], head, tail)):
         phrase, backward = found
         return f"{tail} {phrase} {head}" if backward else f"{head} {phrase} {tail}"
-    return keyword_sentence(head, graph.keywords[relation], tail)
+    keywords = graph.keywords[relation]
+    return keyword_sentence(head, keywords if graph.kg.directed else shown_keywords(keywords), tail)
 
 
 def keyword_sentence(head: str, keywords: str, tail: str) -> str:
@@ -63,7 +71,7 @@ def _sentence(text: str, *names: str) -> str:
     return text if any(n and text.startswith(n) for n in names) else text[:1].upper() + text[1:]
 
 
-WRITER_VERSION = 6  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
+WRITER_VERSION = 7  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
 # (3: a question or sentence that starts with a lower-case name keeps it as written; 4: LightRAG/text graphs'
 # upper-case names written as their descriptions write them, per-edge statements cut after their second end, at
 # most 12 words, verbs in the singular, no possessive slot; 5: no quoted or bracketed slot; 6: a per-edge statement

@@ -53,10 +53,10 @@ from pipelines.train.graph_names import alias_words, graph_alias
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 6  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
+TEMPLATE_VERSION = 7  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
 # 4 checks each hop's type against the question's (with tools.neighbor_types); 5 reads a label that joins two
 # entities both ways in the direction the gold path walked it; 6 checks types only where no bridge shares the answer's,
-# and reads an unlabelled relation with the phrase node_info shows
+# and reads an unlabelled relation with the phrase node_info shows; 7 shows a merged keyword list as its gist
 # (sft_data.thinking, also in the fingerprint, picks 3's "relations" text or the "remaining_question" one)
 
 
