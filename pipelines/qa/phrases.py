@@ -408,8 +408,9 @@ def _starts_a_verb_group(middle: list[str]) -> bool:
     first, second = middle[0], middle[1] if len(middle) > 1 else ""
     if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS or not first.isalpha():  # "{head} 2.0 document
         return False  # is processed by": the rest of a longer name, which the question would drop
-    if second == "of" and first not in {"has", "does"} and base_verb(first) not in _VERBS_OF | {None}:
-        return False  # "Kind properties of the entity in …": a plural noun, not a verb
+    if second == "of" and first not in BE | AUXILIARIES and not {first, base_verb(first), first[:-1], first[:-2],
+                                                                  first[:-3] + "y"} & _VERBS_OF:
+        return False  # "The Kind property of the entity in …": a noun, which the question would make "properties"
     if _verb_form(first) or first in {"has", "have", "had"} or first in _NOT_VERBS or first.endswith("ly"):
         return True
     return not _verb_form(second)
