@@ -343,7 +343,7 @@ for i in range(64):  # a step's activations: a few MiB each, sizes varying, live
 for pointer in blocks:
     libc.free(pointer)
 if sys.argv[1] == "trim":  # the holes handed back after the fact (what SFT does after every step)
-    from pipelines.train.memory import malloc_trim
+    from pipelines.heap import malloc_trim
     assert malloc_trim()
 print(rss_mib() - before)
 """

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from pipelines.config import SFTParams
+from pipelines.llm.checkpoints import load_trained_model
 from pipelines.train.precision import use_bf16
 from pipelines.train.sft import (
     NO_THINK_PREFIX,
     TRAINING_TEMPLATES,
-    load_sft_model,
     prepare_tokenizer,
     resize_for_tokens,
     sft_dataset,
@@ -387,7 +387,7 @@ def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
     deltas = [k for k in saved if "trainable_tokens_delta" in k]
     assert deltas and all(saved[k].shape[0] == 2 for k in deltas)
     # reload on the base: grow the embeddings to the saved tokenizer, then the adapter
-    model, tok = load_sft_model(out)
+    model, tok = load_trained_model(out)
     ids = tok.convert_tokens_to_ids(["<think>", "</think>"])
     assert torch.equal(model.get_input_embeddings().weight[ids], saved[deltas[0]])
     base = AutoModelForCausalLM.from_pretrained(tiny_tied)
@@ -424,7 +424,7 @@ def test_train_sft_lora_on_the_last_blocks_only(tiny_tied: Path, tmp_path: Path)
     start = load_model(tiny_tied, tokenizer).get_input_embeddings().weight[sorted(new_tokens)]
     delta = next(saved[k] for k in saved if "trainable_tokens_delta" in k)
     assert not torch.allclose(delta, start)  # trained through the LM head alone
-    model, _ = load_sft_model(out)
+    model, _ = load_trained_model(out)
     assert torch.equal(model.get_input_embeddings().weight[sorted(new_tokens)], delta)
     # another number of blocks is another model: retrained, not reused
     every = params.model_copy(update={"lora_layers": None})
@@ -443,7 +443,7 @@ def test_train_sft_full_fine_tuning(tiny: Path, tmp_path: Path) -> None:
     assert rows["overlong_examples"] == rows["dropped_examples"] == 1 and rows["train_examples"] == 4
     assert rows["truncated_examples"] == 0 and rows["trained_assistant_tokens"] > 0
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
-    model, tok = load_sft_model(out)
+    model, tok = load_trained_model(out)
     assert model.get_input_embeddings().num_embeddings == len(tok) == 302
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     # no-think data: each assistant turn is an empty think (weighted) plus the action

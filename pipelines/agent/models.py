@@ -56,11 +56,11 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
     device = params.agent.device
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
         # an SFT/RL adapter: the base grown to the adapter's tokenizer (<think> tokens), adapter merged in
-        from pipelines.train.sft import load_sft_model
+        from pipelines.llm.checkpoints import load_trained_model
 
         client = TransformersChatClient(adapter_base(folder, params), batch_size=params.agent.batch_size,
                                         device=device, prefix_cache_mb=params.agent.prefix_cache_mb)
-        model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params),
+        model, tokenizer = load_trained_model(folder, base_model_folder=adapter_base(folder, params),
                                           dtype=client.lm.dtype, device=client.device, merge=True)
         tokenizer.padding_side = "left"
         if tokenizer.pad_token_id is None:
@@ -94,9 +94,9 @@ def onnx_agent_folder(folder: Path, params: Params) -> Path:
     source: Path | Callable[[Path], None] = folder
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
         def source(out: Path) -> None:  # the adapter merged into its base (grown to the adapter's tokenizer)
-            from pipelines.train.sft import load_sft_model
+            from pipelines.llm.checkpoints import load_trained_model
 
-            model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
+            model, tokenizer = load_trained_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
             save_merged(model, tokenizer, out)
 
     return export_onnx(identity, source, params.artifacts_dir, precision=precision,

@@ -22,13 +22,13 @@ keeps a training stage's own heap from fragmenting step after step.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
+
+from pipelines.heap import glibc_function, malloc_trim
 
 TRL_TOKEN_CHUNK_SIZE = 4096  # TRL's own value of trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
 
@@ -98,30 +98,8 @@ def mmap_large_allocations(threshold: int = SFT_MMAP_THRESHOLD_BYTES) -> bool:
     heap trimmed after every step, ``heap_trim_callback``). Generation is left alone: a KV cache grown token by
     token would get fresh zeroed pages each time.
     """
-    mallopt = _glibc_function("mallopt")
+    mallopt = glibc_function("mallopt")
     return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-
-
-def malloc_trim() -> bool:
-    """Hand the free pages of the heap back to the OS, holes between live blocks included (glibc's
-    ``malloc_trim(0)``); False where malloc is not glibc's."""
-    trim = _glibc_function("malloc_trim")
-    if trim is None:
-        return False
-    trim(0)
-    return True
-
-
-def _glibc_function(name: str) -> Any:
-    """The C library's function ``name`` (glibc's malloc tuning), or None where there is no such library or
-    function (another libc, no libc to load)."""
-    library = ctypes.util.find_library("c")
-    if not library:
-        return None
-    try:
-        return getattr(ctypes.CDLL(library), name, None)
-    except OSError:  # pragma: no cover - no libc to load
-        return None
 
 
 def heap_trim_callback() -> Any:

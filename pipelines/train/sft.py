@@ -16,8 +16,8 @@ too), so the adapter folder holds them (a few KB) rather than the whole embeddin
 The output folder (written whole or not at all): the adapter (``adapter_config.json``,
 ``adapter_model.safetensors``) or the full model, the tokenizer (with the two tokens and the
 training chat template), ``trainer_state.json`` (the log history), ``loss_curve.png`` and
-``manifest.json`` (kind ``sft_model``). ``load_sft_model`` loads it back (resizing the base's
-embeddings before the adapter goes on).
+``manifest.json`` (kind ``sft_model``). ``pipelines.llm.checkpoints.load_trained_model`` loads it back (resizing
+the base's embeddings before the adapter goes on).
 """
 
 from __future__ import annotations
@@ -435,35 +435,3 @@ def _token_counts(dataset: Any) -> tuple[list[int], int]:
     lengths = pc.list_value_length(table["input_ids"]).to_pylist()
     trained = pc.sum(pc.not_equal(pc.list_flatten(table["labels"]), -100)).as_py() if len(table) else 0
     return lengths, int(trained or 0)
-
-
-# ------------------------------------------------------------------------------------------ loading
-
-
-def load_sft_model(folder: Path | str, *, base_model_folder: Path | str | None = None, dtype: Any = None,
-                   device: str = "cpu", merge: bool = False) -> tuple[Any, Any]:
-    """(model, tokenizer) of an SFT output folder: a full model, or the base (from ``base_model_folder``,
-    else the manifest / adapter config) with its embeddings grown to the saved tokenizer and the
-    adapter on top (merged into the weights when ``merge``)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = Path(folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    dtype = dtype or torch.float32
-    if (folder / "config.json").is_file():
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-        return model.to(device).eval(), tokenizer
-    from peft import PeftModel
-
-    if base_model_folder is None:
-        manifest = read_manifest(folder)
-        base_model_folder = (manifest.metadata.get("base_model") if manifest else None) or json.loads(
-            (folder / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
-    base = AutoModelForCausalLM.from_pretrained(base_model_folder, dtype=dtype)
-    if len(tokenizer) > base.get_input_embeddings().num_embeddings:
-        base.resize_token_embeddings(len(tokenizer), mean_resizing=False)  # the adapter restores the new rows
-    model = PeftModel.from_pretrained(base, folder)
-    if merge:
-        model = model.merge_and_unload()
-    return model.to(device).eval(), tokenizer

@@ -50,9 +50,9 @@ def load_policy(folder: Path, params: Params) -> tuple[Any, Any]:
     from pipelines.agent.models import adapter_base
 
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-        from pipelines.train.sft import load_sft_model
+        from pipelines.llm.checkpoints import load_trained_model
 
-        model, tokenizer = load_sft_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
+        model, tokenizer = load_trained_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
     else:
         model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token_id is None:
