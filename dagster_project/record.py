@@ -21,29 +21,21 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 with warnings.catch_warnings():  # partitioned asset checks are a preview feature: said once by the UI, not per run
     warnings.simplefilter("ignore", dg.PreviewWarning)
-    from dagster_project.defs.evaluation import eval_report
-    from dagster_project.defs.kg import entity_index, knowledge_graph
+    from dagster_project.defs import evaluation, kg, qa, training
     from dagster_project.defs.metadata import data_version
     from dagster_project.defs.partitions import add_missing_partitions, registry_domains
-    from dagster_project.defs.qa import gold_paths, qa_dataset, qa_pairs, seed_subgraphs
     from dagster_project.defs.resources import OmneResource
-    from dagster_project.defs.training import (
-        sft_conversations,
-        sft_eval_report,
-        sft_model,
-        stage1_rl_model,
-        stage3_eval_report,
-        stage3_rl_model,
-    )
 from pipelines.config import Params
 from pipelines.manifest import read_manifest
 from pipelines.run import BuiltArtifact
+from pipelines.stages import STAGES
 
 RECORDED_BY_TAG = "omne/recorded_by"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}  # the run's events are in the UI, not on stdout
-ASSETS: dict[str, dg.AssetsDefinition] = {a.key.to_user_string(): a for a in (
-    knowledge_graph, entity_index, seed_subgraphs, qa_pairs, gold_paths, qa_dataset, eval_report,
-    sft_conversations, sft_model, sft_eval_report, stage1_rl_model, stage3_rl_model, stage3_eval_report)}
+_DEFINED = {a.key.to_user_string(): a for module in (kg, qa, evaluation, training) for a in vars(module).values()
+            if isinstance(a, dg.AssetsDefinition)}
+# the asset of every stage `omne run` builds, in registry order (a stage without its asset is an error at import)
+ASSETS: dict[str, dg.AssetsDefinition] = {s.name: _DEFINED[s.name] for s in STAGES.run_stages()}
 
 
 INSTANCE_CONFIG = """\
@@ -76,11 +68,14 @@ def latest_data_version(instance: dg.DagsterInstance, asset: str, partition: str
 
 
 def unrecorded(instance: dg.DagsterInstance, built: list[BuiltArtifact]) -> list[BuiltArtifact]:
-    """The artifacts the instance does not know in their current version (by data version)."""
+    """The artifacts the instance does not know in their current version (by data version); a stage that is not
+    one `omne run` builds is refused (``UnknownStageError``, or ValueError for a registered stage outside the run)."""
     missing = []
     for item in built:
-        if item.stage not in ASSETS:
-            continue
+        stage = STAGES.get(item.stage)  # an unknown name: UnknownStageError, which lists the known ones
+        if stage.name not in ASSETS:
+            raise ValueError(f"stage {stage.name!r} is not one `omne run` builds; the Dagster recorder records "
+                             f"{', '.join(ASSETS)}")
         version = data_version(read_manifest(item.folder))
         if version is None or latest_data_version(instance, item.stage, item.partition) != version.value:
             missing.append(item)

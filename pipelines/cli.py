@@ -790,6 +790,53 @@ def memory_command(ctx: click.Context, model: str, device: str | None, as_json: 
     print_memory_estimates(estimates, model=folder.name, device=device, profile=params.profile)
 
 
+@cli.group("stages")
+def stages_group() -> None:
+    """The stage registry (pipelines/stages.py): every stage declared once, read by `omne run`, the Dagster assets
+    and the generated dvc.yaml."""
+
+
+@stages_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print every stage's declaration as JSON.")
+def stages_list(as_json: bool) -> None:
+    """One line per stage, in `omne run`'s order: name, upstream stages, output folder, command."""
+    from pipelines.stages import STAGES
+
+    if as_json:
+        click.echo(json.dumps([s.model_dump(mode="json") for s in STAGES], indent=2))
+        return
+    for stage in STAGES:
+        where = " (per domain)" if stage.per_domain else ""
+        extra = "" if stage.in_run else f" [not in `omne run`; {stage.dvc_file}: {stage.dvc_stage}]"
+        click.echo(f"{stage.name}{where} <- {', '.join(stage.upstream) or '-'}: artifacts/{stage.output}, "
+                   f"`{stage.cmd}`{extra}")
+
+
+@stages_group.command("dvc-yaml")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when dvc.yaml or sweeps/dvc.yaml differs from what the registry generates.")
+@click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Project folder that holds dvc.yaml (default: the folder of the nearest params.yaml upwards).")
+@click.pass_context
+def stages_dvc_yaml(ctx: click.Context, check: bool, root: Path | None) -> None:
+    """Generate dvc.yaml (and sweeps/dvc.yaml) from the stage registry, pipelines/stages.py.
+
+    The DVC files are not edited by hand: change a stage's deps, params, outs or command in the registry, then
+    run this command. With --check it writes nothing and exits 1 when a file differs (what the tests check).
+    """
+    from pipelines.stages import write_dvc_yaml
+
+    root = root or _params(ctx).root
+    changed = write_dvc_yaml(root, check=check)
+    if check:
+        if changed:
+            click.secho(f"out of date: {', '.join(changed)} (run `omne stages dvc-yaml`)", fg="red", err=True)
+            sys.exit(1)
+        click.echo("dvc.yaml files match the stage registry")
+        return
+    click.echo(f"wrote {', '.join(changed)}" if changed else "dvc.yaml files already match the stage registry")
+
+
 @cli.command("lineage")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (every artifact of the chain, flat).")

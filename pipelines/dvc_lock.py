@@ -22,6 +22,7 @@ import yaml
 from pipelines.config import Params
 from pipelines.domains import load_registry
 from pipelines.run import BuiltArtifact
+from pipelines.stages import MAIN_DVC_FILE, STAGES
 
 DVC_TIMEOUT_S = 600
 
@@ -32,16 +33,23 @@ def dvc_executable() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("dvc")
 
 
-def defined_stages(root: Path, domains: list[str]) -> set[str]:
-    """Stage addresses of the project's dvc.yaml (`foreach` stages expanded over the registry's domains)."""
-    raw = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
-    names: set[str] = set()
-    for name, stage in (raw.get("stages") or {}).items():
-        if isinstance(stage, dict) and "foreach" in stage:
-            names.update(f"{name}@{domain}" for domain in domains)
-        else:
-            names.add(name)
-    return names
+def defined_stages(domains: list[str]) -> set[str]:
+    """Stage addresses of the project's dvc.yaml, generated from the stage registry (`foreach` stages expanded over
+    the registry's domains)."""
+    return set(STAGES.dvc_addresses(domains, MAIN_DVC_FILE))
+
+
+def dvc_targets(built: list[BuiltArtifact]) -> list[str]:
+    """The dvc.yaml addresses of ``built``, once each; a stage the registry does not declare, or one outside
+    dvc.yaml (the sweep), is refused with an error that names it."""
+    targets = []
+    for item in built:
+        stage = STAGES.get(item.stage)  # an unknown name: UnknownStageError, which lists the known ones
+        if stage.dvc_file != MAIN_DVC_FILE:
+            raise ValueError(f"stage {stage.name!r} is in {stage.dvc_file}, not in {MAIN_DVC_FILE}, which the dvc "
+                             "recorder commits")
+        targets.append(stage.dvc_address(item.partition))
+    return list(dict.fromkeys(targets))
 
 
 def why_not_recordable(params: Params, params_file: Path | None) -> str | None:
@@ -68,11 +76,12 @@ def commit_targets(targets: list[str], defined: set[str]) -> list[str]:
 
 def record_dvc_stages(params: Params, params_file: Path | None, built: list[BuiltArtifact]) -> str:
     """`dvc commit --force` the stages of ``built`` that dvc.yaml defines; one line saying what happened."""
+    targets = dvc_targets(built)  # before anything else: an unknown stage is an error even where DVC is absent
     reason = why_not_recordable(params, params_file)
     if reason:
         return f"record dvc: skipped ({reason})"
-    defined = defined_stages(params.root, load_registry(params.registry_path).names)
-    targets = list(dict.fromkeys(b.dvc_stage for b in built if b.dvc_stage in defined))
+    defined = defined_stages(load_registry(params.registry_path).names)
+    targets = [t for t in targets if t in defined]  # (a domain that left the registry since it was built)
     dvc = dvc_executable()
     if not targets or dvc is None:
         return "record dvc: skipped (dvc is not installed)" if targets else ""

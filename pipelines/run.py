@@ -1,7 +1,7 @@
 """The main job of `make run` (`omne run`): every domain's KG, entity index, seed subgraphs, QA pairs and
 gold paths, the merged QA dataset and its checks, the base model evaluated with tools, then a short RL stage 1
 (whose correct rollouts the SFT data may mix in), stage 2 (SFT conversations, the SFT model, its evaluation) and
-a short RL stage 3 (evaluated).
+a short RL stage 3 (evaluated): the stages of the registry (pipelines/stages.py) that are ``in_run``, in its order.
 
 Every step is the same library build that the Dagster asset and the DVC stage of that name call, and is
 skipped when its manifest says it is up to date, so a rerun (or a resumed run) only does what is missing.
@@ -29,19 +29,12 @@ from tqdm.auto import tqdm
 from pipelines.config import Params
 from pipelines.domains import Domain
 from pipelines.errors import ConfigError
-from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.checks import CheckOutcome
 from pipelines.kg.graph import GraphStats
 from pipelines.layout import RUN_TIMINGS_FILE, reports_dir
 from pipelines.manifest import BuildResult
-from pipelines.qa.build import (
-    DatasetResult,
-    build_gold_paths,
-    build_qa_dataset,
-    build_qa_pairs,
-    build_seed_subgraphs,
-)
 from pipelines.stage_process import read_status_kib, reset_peak_rss, run_in_child, stages_inline
+from pipelines.stages import EVALUATION, STAGES, TRAINING, Stage, evaluated_model
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +53,8 @@ class DomainRow(BaseModel):
 
 
 class BuiltArtifact(BaseModel):
-    """One artifact the job built or found up to date: its stage (the Dagster asset and DVC stage of the same
-    name), its domain partition, and its folder."""
+    """One artifact the job built or found up to date: its stage (a name of the stage registry, pipelines/stages.py:
+    the Dagster asset and the DVC stage), its domain partition, and its folder."""
 
     stage: str
     partition: str | None = None
@@ -69,8 +62,9 @@ class BuiltArtifact(BaseModel):
 
     @property
     def dvc_stage(self) -> str:
-        """The stage's address in dvc.yaml (`foreach` stages are `<name>@<domain>`)."""
-        return f"{self.stage}@{self.partition}" if self.partition else self.stage
+        """The stage's address in its dvc.yaml (`foreach` stages are `<name>@<domain>`); an unknown stage name is an
+        error (``UnknownStageError``)."""
+        return STAGES.get(self.stage).dvc_address(self.partition)
 
 
 class Recorder(Protocol):
@@ -152,38 +146,54 @@ class QAChecksFailed(RuntimeError):
 def build_domain_artifacts(params: Params, domains: list[Domain], *, force: bool = False,
                            times: StageTimes | None = None, built: list[BuiltArtifact] | None = None,
                            ) -> list[DomainRow]:
-    """KG and entity index of each domain, and the seed subgraphs, QA pairs and gold paths of those qa.domains /
-    qa.exclude_domains select (the others' tools are built, their questions not), with one table row each."""
+    """The per-domain stages of the registry, in its order, for each domain: its KG and entity index, and the seed
+    subgraphs, QA pairs and gold paths of those qa.domains / qa.exclude_domains select (a stage's ``domains_from``;
+    the others' tools are built, their questions not), with one table row each."""
     times = times or StageTimes()
     built = built if built is not None else []
-    with_qa = set(params.selected_domains("qa"))
+    stages = [s for s in STAGES.run_stages() if s.per_domain]
+    selected = {s.domains_from: set(params.selected_domains(s.domains_from)) for s in stages if s.domains_from}
     rows = []
     for domain in tqdm(domains, desc="domains", unit="domain"):
         start = time.perf_counter()
-        with times.timed("knowledge graphs"):
-            kg = build_knowledge_graph(domain, params, force=force)
-        with times.timed("entity indexes"):
-            index = build_entity_index(domain.name, params, force=force)
-        qa_steps: list[tuple[str, BuildResult]] = []
-        if domain.name in with_qa:
-            with times.timed("seed subgraphs"):
-                qa_steps.append(("seed_subgraphs", build_seed_subgraphs(domain.name, params, force=force)))
-            with times.timed("QA pairs"):
-                qa_steps.append(("qa_pairs", build_qa_pairs(domain.name, params, force=force)))
-            with times.timed("gold paths"):
-                qa_steps.append(("gold_paths", build_gold_paths(domain.name, params, force=force)))
-        built += [BuiltArtifact(stage=stage, partition=domain.name, folder=result.folder)
-                  for stage, result in (("knowledge_graph", kg), ("entity_index", index), *qa_steps)]
+        results: dict[str, BuildResult] = {}
+        for stage in stages:
+            if stage.domains_from is None or domain.name in selected[stage.domains_from]:
+                target = domain if stage.domain_arg == "domain" else domain.name
+                results[stage.name] = build_stage(stage, times, target, params, force=force)
+        built += [BuiltArtifact(stage=name, partition=domain.name, folder=result.folder)
+                  for name, result in results.items()]
+        kg, index = results["knowledge_graph"], results["entity_index"]
+        qa_steps = [result for name, result in results.items() if STAGES.get(name).domains_from == "qa"]
         rows.append(DomainRow(
             domain=domain.name,
             stats=GraphStats.model_validate(kg.manifest.metadata["stats"]),
             recall_at_1=index.manifest.metadata["self_retrieval"]["recall_at_1"],
             kg_state="cached" if kg.skipped else "built",
             index_state="cached" if index.skipped else "built",
-            qa_state="-" if not qa_steps else "cached" if all(r.skipped for _, r in qa_steps) else "built",
+            qa_state="-" if not qa_steps else "cached" if all(r.skipped for r in qa_steps) else "built",
             seconds=round(time.perf_counter() - start, 2),
         ))
     return rows
+
+
+def build_stage(stage: Stage, times: StageTimes, /, *args: Any, **kwargs: Any) -> Any:
+    """``stage``'s build function called with ``args`` (after which the stage's own ``args``) and ``kwargs``, timed as
+    the stage's row of the timing table: in this process, or in a child process of its own (``stage.process``)."""
+    args = (*args, *stage.args)
+    if stage.process == "main":
+        with times.timed(stage.label):
+            return stage.function(*args, **kwargs)
+    return times.run(stage.label, stage.function, *args, **kwargs)
+
+
+def left_out(stage: Stage, *, skip_eval: bool, skip_train: bool) -> bool:
+    """Whether `omne run --skip-eval` (every training and evaluation stage) or `--skip-train` (the training stages
+    and what reads a trained model) leaves ``stage`` out."""
+    if stage.group not in (TRAINING, EVALUATION):
+        return False
+    trained = stage.group == TRAINING or any(STAGES.get(a).group == TRAINING for a in STAGES.ancestors(stage.name))
+    return skip_eval or (skip_train and trained)
 
 
 def run_qa_domains(params: Params, domains: list[Domain]) -> list[str]:
@@ -222,47 +232,18 @@ def evaluate_stage(params: Params, model: str, name: str, force: bool) -> Any:
     return evaluate_cached(params, model, name=name, force=force).model_copy(update={"trajectories": []})
 
 
-def _evaluation(params: Params, model: str, name: str, stage: str, force: bool, times: StageTimes,
-                label: str, built: list[BuiltArtifact]) -> Any:
-    result = times.run(label, evaluate_stage, params, model, name, force)
-    built.append(BuiltArtifact(stage=stage, folder=result.folder))
-    return result
-
-
-def train_and_evaluate(params: Params, *, force: bool, times: StageTimes, built: list[BuiltArtifact]) -> list[Any]:
-    """RL stage 1 (from the base model), stage 2 (SFT conversations, the SFT model, its evaluation), then RL stage 3
-    from the SFT model and its evaluation, on the same test sample as the base model's; each in a process of its
-    own (``StageTimes.run``). Stage 1 comes first because the SFT conversations may mix in its correct rollouts
-    (``sft_data.sources: [template, agent]``), as Dagster's and DVC's graphs say; it needs nothing of stage 2."""
+def stage_line(stage: Stage, result: Any) -> str:
+    """The line `omne run` prints after a training stage."""
     from pipelines.train.sft import training_summary
-    from pipelines.train.sft_data import build_sft_conversations
-    from pipelines.train.stage2 import build_sft_model
 
-    rl_stage(params, 1, force=force, times=times, built=built)
-    data = times.run("SFT conversations", build_sft_conversations, params, force=force)
-    built.append(BuiltArtifact(stage="sft_conversations", folder=data.folder))
-    print(f"sft conversations: {'up to date' if data.skipped else 'built'}, {data.manifest.rows['conversations']}")
-    model = times.run("SFT model", build_sft_model, params, force=force)
-    built.append(BuiltArtifact(stage="sft_model", folder=model.folder))
-    print(f"sft model: {'up to date' if model.skipped else 'trained'}, {training_summary(model.manifest)} "
-          f"-> {model.folder}", flush=True)
-    runs = [_evaluation(params, str(model.folder), "sft-tools", "sft_eval_report", force, times,
-                        "evaluate SFT model", built)]
-    result = rl_stage(params, 3, force=force, times=times, built=built)
-    runs.append(_evaluation(params, str(result.folder), "rl-stage3-tools", "stage3_eval_report", force, times,
-                            "evaluate RL stage 3", built))
-    return runs
-
-
-def rl_stage(params: Params, stage: int, *, force: bool, times: StageTimes, built: list[BuiltArtifact]) -> Any:
-    """One RL stage as a step of `omne run` (a process of its own), with its line of output."""
-    from pipelines.train.rl import train_rl
-
-    result = times.run(f"RL stage {stage}", train_rl, params, stage, force=force)
-    built.append(BuiltArtifact(stage=f"stage{stage}_rl_model", folder=result.folder))
-    print(f"rl stage {stage}: {'up to date' if result.skipped else 'trained'}, {rl_summary_line(result.manifest)} -> "
-          f"{result.folder}", flush=True)
-    return result
+    done = "up to date" if result.skipped else "trained"
+    if stage.function.__name__ == "train_rl":
+        return f"rl stage {stage.args[0]}: {done}, {rl_summary_line(result.manifest)} -> {result.folder}"
+    if stage.name == "sft_model":
+        return f"sft model: {done}, {training_summary(result.manifest)} -> {result.folder}"
+    rows = result.manifest.rows
+    count = rows.get("conversations", sum(rows.values()))
+    return f"{stage.label.lower()}: {'up to date' if result.skipped else 'built'}, {count}"
 
 
 def rl_summary_line(manifest: Any) -> str:
@@ -304,20 +285,31 @@ def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, fo
     print_domain_sources(domains)
     try:
         print_domain_table(build_domain_artifacts(params, domains, force=force, times=times, built=built))
-        with times.timed("QA dataset + checks"):
-            dataset: DatasetResult = build_qa_dataset(params, run_qa_domains(params, domains), force=force)
-            print_qa_stats(dataset.stats)
-            if not print_check_outcomes(qa_dataset_checks(params)):
-                raise QAChecksFailed("the QA dataset failed a blocking check (above); nothing was trained on it")
-        if all_domains:
-            built.append(BuiltArtifact(stage="qa_dataset", folder=dataset.folder))
-        if not skip_eval:
-            from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME
-
-            runs = [_evaluation(params, BASE_REPORT_MODEL, BASE_REPORT_NAME, "eval_report", force, times,
-                                "evaluate base model", built)]
-            if not skip_train:
-                runs += train_and_evaluate(params, force=force, times=times, built=built)
+        results: dict[str, Any] = {}
+        runs = []
+        for stage in STAGES.run_stages():  # the cross-domain stages, in the registry's (topological) order
+            if stage.per_domain or left_out(stage, skip_eval=skip_eval, skip_train=skip_train):
+                continue
+            if stage.report:  # an evaluation (the trajectories stay behind in the report's files)
+                model = (str(results[stage.evaluates].folder) if stage.evaluates in results
+                         else evaluated_model(stage, params.artifacts_dir))
+                result = times.run(stage.label, evaluate_stage, params, model, stage.report, force)
+                runs.append(result)
+            elif stage.process == "main":  # the QA dataset, checked before anything trains on it
+                with times.timed(stage.label):
+                    result = stage.function(params, run_qa_domains(params, domains), force=force)
+                    print_qa_stats(result.stats)
+                    if not print_check_outcomes(qa_dataset_checks(params)):
+                        raise QAChecksFailed("the QA dataset failed a blocking check (above); nothing was trained "
+                                             "on it")
+                if not all_domains:
+                    continue
+            else:
+                result = build_stage(stage, times, params, force=force)
+                print(stage_line(stage, result), flush=True)
+            results[stage.name] = result
+            built.append(BuiltArtifact(stage=stage.name, folder=result.folder))
+        if runs:
             print_eval_table([r.metrics for r in runs])
             for result in runs:
                 print(f"report: {result.folder / 'report.html'}")

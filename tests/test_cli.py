@@ -9,6 +9,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
+from pipelines.stages import STAGES
 from tests.conftest import cli_env
 from tests.model_support import build_tiny_llama, use_tiny_models
 
@@ -67,35 +68,33 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     assert (project / "artifacts" / "index" / "solar" / "manifest.json").is_file()
     assert "omne run: wall time and peak memory per stage" in first
     timings = json.loads((project / "artifacts" / "reports" / "run_timings.json").read_text())
-    assert list(timings["stages_s"]) == ["knowledge graphs", "entity indexes", "seed subgraphs", "QA pairs",
-                                         "gold paths", "QA dataset + checks", "evaluate base model", "RL stage 1",
-                                         "SFT conversations", "SFT model", "evaluate SFT model",
-                                         "RL stage 3", "evaluate RL stage 3", "record (Dagster, DVC)"]
+    run_stages = STAGES.run_stages()
+    assert list(timings["stages_s"]) == [s.label for s in run_stages] + ["record (Dagster, DVC)"]
     assert timings["stages_s"]["SFT model"] > 0 and timings["total_s"] >= sum(timings["stages_s"].values())
     # peak RSS per stage (the kernel's high-water mark, reset before each stage): training peaks above the KG build
     assert set(timings["peak_rss_mb"]) == set(timings["stages_s"])
     assert 100 < timings["peak_rss_mb"]["knowledge graphs"] < timings["peak_rss_mb"]["SFT model"] < 6 * 1024
     # the evaluations and training stages each ran in a process of their own, whose peak is the stage's
-    own = ["evaluate base model", "RL stage 1", "SFT conversations", "SFT model", "evaluate SFT model", "RL stage 3",
-           "evaluate RL stage 3"]
+    own = [s.label for s in run_stages if s.process == "child"]
+    assert len(own) == 7
     assert {stage for stage, where in timings["process"].items() if where == "child"} == set(own)
     assert len({timings["pid"][stage] for stage in own} | {timings["main_pid"]}) == len(own) + 1
     assert timings["pid"]["knowledge graphs"] == timings["pid"]["record (Dagster, DVC)"] == timings["main_pid"]
     assert all(timings["peak_rss_mb"][stage] > 100 for stage in own)
     # what the run built is in the project's Dagster instance: 13 assets, their manifests and their checks
-    assert "record dagster: 13 new materializations" in first and "record dvc: skipped (no DVC project here)" in first
+    assert f"record dagster: {len(run_stages)} new materializations" in first
+    assert "record dvc: skipped (no DVC project here)" in first
     recorded = _recorded_in_dagster(project / ".dagster_home")
     assert recorded["knowledge_graph[solar]"]["rows_entities"] == 28 and recorded["sft_model"]["path"].endswith("sft")
-    assert set(recorded) - {"checks"} == {"knowledge_graph[solar]", "entity_index[solar]", "seed_subgraphs[solar]",
-                             "qa_pairs[solar]", "gold_paths[solar]", "qa_dataset", "eval_report", "sft_conversations",
-                             "sft_model", "sft_eval_report", "stage1_rl_model", "stage3_rl_model", "stage3_eval_report"}
+    assert set(recorded) - {"checks"} == {s.name + ("[solar]" if s.per_domain else "") for s in run_stages}
     assert recorded["checks"] == {"qa_dataset.split_leakage": True, "qa_dataset.qa_table_expectations": True,
-                                  "eval_report.report_complete": True, "sft_conversations.conversation_format": True}
+                                  "sft_conversations.conversation_format": True,
+                                  **{f"{s.name}.report_complete": True for s in run_stages if s.report}}
     manifest_before = (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text()
     second = omne(project, "run").stdout
     assert "cached / cached / cached" in second and "sft model: up to date" in second
     assert "rl stage 3: up to date" in second
-    assert "record dagster: 0 new materializations" in second and "(13 already current)" in second
+    assert "record dagster: 0 new materializations" in second and f"({len(run_stages)} already current)" in second
     assert (project / "artifacts" / "kg" / "solar" / "manifest.json").read_text() == manifest_before
     stats = json.loads(omne(project, "kg", "stats", "solar", "--json").stdout)
     assert stats["entities"] == 28 and stats["relations"] == 33 and stats["components"] == 1
@@ -127,8 +126,9 @@ def _recorded_in_dagster(home: Path) -> dict:
                 name = key.to_user_string() + (f"[{partition}]" if partition else "")
                 recorded[name] = {k: v.value for k, v in records.records[0].asset_materialization.metadata.items()}
         checks = {}
-        for asset, names in {"qa_dataset": ("split_leakage", "qa_table_expectations"), "eval_report": ("report_complete",),
-                             "sft_conversations": ("conversation_format",)}.items():
+        wanted = {"qa_dataset": ("split_leakage", "qa_table_expectations"), "sft_conversations": ("conversation_format",),
+                  **{s.name: ("report_complete",) for s in STAGES.run_stages() if s.report}}
+        for asset, names in wanted.items():
             for check in names:
                 history = instance.event_log_storage.get_asset_check_execution_history(
                     dg.AssetCheckKey(dg.AssetKey(asset), check), limit=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from pipelines.stages import KG, QA, STAGES
 from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env, make_project
 
 SCRIPT = Path(__file__).with_name("dagster_materialize.py")
@@ -182,9 +183,7 @@ def _keys(keys) -> list[str]:  # noqa: ANN001
     return sorted(k.to_user_string() for k in keys)
 
 
-KG_DOWNSTREAM = ["entity_index", "eval_report", "gold_paths", "knowledge_graph", "qa_dataset", "qa_pairs",
-                 "seed_subgraphs", "sft_conversations", "sft_eval_report", "sft_model", "stage1_rl_model",
-                 "stage3_eval_report", "stage3_rl_model", "think_weight_sweep"]
+KG_DOWNSTREAM = sorted(STAGES.downstream("knowledge_graph"))
 
 
 def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: ANN001
@@ -195,8 +194,7 @@ def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: 
 
     jobs = {name: _keys(defs.resolve_job_def(name).asset_layer.executable_asset_keys)
             for name in ("build_data", "train", "evaluate", "train_and_evaluate")}
-    assert jobs["build_data"] == ["entity_index", "gold_paths", "knowledge_graph", "qa_dataset", "qa_pairs",
-                                  "seed_subgraphs"]
+    assert jobs["build_data"] == sorted(s.name for s in STAGES if s.group in (KG, QA))
     assert {"sft_conversations", "sft_model"} <= set(jobs["train"]) and "eval_report" not in jobs["train"]
     assert "eval_report" in jobs["evaluate"] and "sft_model" not in jobs["evaluate"]
     assert set(jobs["train_and_evaluate"]) == set(jobs["train"]) | set(jobs["evaluate"])

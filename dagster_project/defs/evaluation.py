@@ -5,15 +5,13 @@ the op tags that dagster-k8s reads to request a GPU for the step's pod. The repo
 (hashes of the test split it read, the model, protocol and params) is the materialization's metadata.
 """
 
-import json
-from pathlib import Path
-
 import dagster as dg
 
+from dagster_project.defs.checks import report_check_result
+from dagster_project.defs.factory import stage_asset
 from dagster_project.defs.metadata import data_version, manifest_metadata
-from dagster_project.defs.qa import qa_dataset
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
-from pipelines.eval.report import METRICS_FILE, PLOTS_DIR, PREDICTIONS_FILE
+from pipelines.eval.report import METRICS_FILE, PLOTS_DIR
 from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME, evaluate, evaluate_cached
 from pipelines.manifest import read_manifest
 
@@ -28,10 +26,7 @@ class EvalConfig(dg.Config):
     limit: int = 0  # questions per bucket
 
 
-@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS,
-          check_specs=[dg.AssetCheckSpec(
-              "report_complete", asset="eval_report", blocking=True,
-              description="every question has a prediction and every metric group is filled")])
+@stage_asset("eval_report", kinds={"pytorch", "html"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: OmneResource) -> dg.MaterializeResult:
     """EM / F1 / Hit@1 per bucket, hop and domain, efficiency and behaviour metrics, report.html."""
     params = omne.params()
@@ -47,8 +42,6 @@ def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: Omn
                           *((f"hops {k}", v) for k, v in metrics.by_hops.items()),
                           *((f"domain {k}", v) for k, v in metrics.by_domain.items())]:
         rows.append(f"| {label} | {scores.n} | {scores.em:.3f} | {scores.f1:.3f} | {scores.hit1:.3f} |")
-    predicted = _predicted_questions(result.folder / PREDICTIONS_FILE)  # also when the report was reused
-    complete = bool(predicted) and metrics.overall.n == len(predicted) and bool(metrics.by_bucket)
     manifest = read_manifest(result.folder)
     return dg.MaterializeResult(
         data_version=data_version(manifest),
@@ -61,14 +54,5 @@ def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: Omn
                   "plot_accuracy_by_bucket": dg.MetadataValue.path(
                       str(result.folder / PLOTS_DIR / "accuracy_by_bucket.png")),
                   "report": dg.MetadataValue.url(f"file://{result.folder / 'report.html'}")},
-        check_results=[dg.AssetCheckResult(check_name="report_complete", passed=complete,
-                                           metadata={"questions": len(predicted), "scored": metrics.overall.n})],
+        check_results=[report_check_result(result.folder, metrics)],
     )
-
-
-def _predicted_questions(path: Path) -> set[str]:
-    """The question ids that have a prediction in the report's predictions.jsonl."""
-    if not path.is_file():
-        return set()
-    with path.open(encoding="utf-8") as lines:
-        return {json.loads(line)["qa_id"] for line in lines if line.strip()}

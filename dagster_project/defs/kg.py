@@ -7,6 +7,7 @@ Both are partitioned by domain (dynamic partitions, see partitions.py); `kg_sour
 import dagster as dg
 
 from dagster_project.defs.checks import asset_check_result, asset_check_specs
+from dagster_project.defs.factory import stage_asset
 from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
@@ -18,12 +19,8 @@ from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir
 
 
-@dg.asset(
-    partitions_def=domain_partitions,
-    group_name="kg",
-    kinds={"parquet", "polars"},
-    check_specs=asset_check_specs("knowledge_graph", KG_CHECKS, domain_partitions),
-)
+@stage_asset("knowledge_graph", kinds={"parquet", "polars"},
+             check_specs=asset_check_specs("knowledge_graph", KG_CHECKS, domain_partitions))
 def knowledge_graph(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The domain's KG: entities and relations parquet merged from its source, with a manifest."""
     params = omne.params()
@@ -33,13 +30,8 @@ def knowledge_graph(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
                            [asset_check_result(o) for o in run_kg_checks(read_kg(result.folder), params.checks)])
 
 
-@dg.asset(
-    partitions_def=domain_partitions,
-    group_name="kg",
-    kinds={"lancedb"},
-    deps=[knowledge_graph],
-    check_specs=asset_check_specs("entity_index", INDEX_CHECKS, domain_partitions),
-)
+@stage_asset("entity_index", kinds={"lancedb"},
+             check_specs=asset_check_specs("entity_index", INDEX_CHECKS, domain_partitions))
 def entity_index(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The domain's entity index: LanceDB table of name embeddings for entity_matcher."""
     params = omne.params()

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from dagster_project.defs.checks import asset_check_result, asset_check_specs
-from dagster_project.defs.kg import knowledge_graph
+from dagster_project.defs.factory import stage_asset
 from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
@@ -33,8 +33,8 @@ def _unpartitioned(asset: str, checks: dict) -> list[dg.AssetCheckSpec]:
             for spec in checks.values()]
 
 
-@dg.asset(partitions_def=domain_partitions, group_name="qa", kinds={"parquet", "scipy"}, deps=[knowledge_graph],
-          check_specs=asset_check_specs("seed_subgraphs", SEED_CHECKS, domain_partitions))
+@stage_asset("seed_subgraphs", kinds={"parquet", "scipy"},
+             check_specs=asset_check_specs("seed_subgraphs", SEED_CHECKS, domain_partitions))
 def seed_subgraphs(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """Seed entities whose depth-3 BFS subgraph has 20-400 nodes, with the subgraph's nodes."""
     params = omne.params()
@@ -43,8 +43,7 @@ def seed_subgraphs(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.
     return artifact_result(result, result.manifest.metadata, [asset_check_result(check_subgraph_sizes(sizes, params))])
 
 
-@dg.asset(partitions_def=domain_partitions, group_name="qa", kinds={"jsonl"}, deps=[seed_subgraphs],
-          check_specs=asset_check_specs("qa_pairs", PAIR_CHECKS, domain_partitions))
+@stage_asset("qa_pairs", kinds={"jsonl"}, check_specs=asset_check_specs("qa_pairs", PAIR_CHECKS, domain_partitions))
 def qa_pairs(context: dg.AssetExecutionContext, config: QAPairsConfig, omne: OmneResource) -> dg.MaterializeResult:
     """Validated multi-hop QA pairs of the domain (template generator, or the LLM with judge and retries)."""
     params, domain = omne.params(), context.partition_key
@@ -63,8 +62,8 @@ def qa_pairs(context: dg.AssetExecutionContext, config: QAPairsConfig, omne: Omn
     )
 
 
-@dg.asset(partitions_def=domain_partitions, group_name="qa", kinds={"jsonl"}, deps=[qa_pairs],
-          check_specs=asset_check_specs("gold_paths", GOLD_CHECKS, domain_partitions))
+@stage_asset("gold_paths", kinds={"jsonl"},
+             check_specs=asset_check_specs("gold_paths", GOLD_CHECKS, domain_partitions))
 def gold_paths(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """Every simple start->answer path of each pair (EoG), verified by rules or the LLM."""
     params, domain = omne.params(), context.partition_key
@@ -74,8 +73,8 @@ def gold_paths(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
                            [asset_check_result(outcome)])
 
 
-@dg.asset(group_name="qa", kinds={"parquet", "great_expectations"}, deps=[qa_pairs, gold_paths],
-          check_specs=_unpartitioned("qa_dataset", QA_TABLE_CHECKS))
+@stage_asset("qa_dataset", kinds={"parquet", "great_expectations"},
+             check_specs=_unpartitioned("qa_dataset", QA_TABLE_CHECKS))
 def qa_dataset(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The pairs of the domains qa.domains / qa.exclude_domains select (all by default) merged, de-duplicated and
     split (train/val/test), checked by a GE suite."""

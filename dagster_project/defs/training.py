@@ -5,11 +5,11 @@ body calls one library function (pipelines.train) and reports the artifact's man
 
 import dagster as dg
 
-from dagster_project.defs.kg import knowledge_graph
+from dagster_project.defs.checks import report_check_result
+from dagster_project.defs.factory import stage_asset
 from dagster_project.defs.metadata import data_version, manifest_metadata
-from dagster_project.defs.qa import qa_dataset
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
-from pipelines.layout import SFT_MODEL, model_dir, rl_model_name
+from pipelines.stages import STAGES, evaluated_model
 from pipelines.train.sft_data import build_sft_conversations, format_problems, read_sft_conversations
 
 
@@ -21,7 +21,7 @@ def _model_metadata(result) -> dict:
                                           "reward_last_third_mean") if meta.get(key) is not None}}
 
 
-@dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[qa_dataset], pool=GPU_POOL, op_tags=GPU_TAGS)
+@stage_asset("stage1_rl_model", kinds={"pytorch", "trl"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def stage1_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """RL stage 1 from the base model on QA pairs (rl.stage1: rewards, GRPO or PPO, rollouts with the tools)."""
     from pipelines.train.rl import train_rl
@@ -33,8 +33,8 @@ def stage1_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
 
 # stage 1's correct rollouts are the `agent` source of the SFT data: always a dep (the graph is static; without the
 # agent source the build finds the conversations current and skips, so a retrained stage 1 costs nothing there)
-@dg.asset(group_name="training", kinds={"jsonl"}, deps=[qa_dataset, knowledge_graph, stage1_rl_model],
-          check_specs=[dg.AssetCheckSpec("conversation_format", asset="sft_conversations", blocking=True,
+@stage_asset("sft_conversations", kinds={"jsonl"},
+             check_specs=[dg.AssetCheckSpec("conversation_format", asset="sft_conversations", blocking=True,
                                          description="human/observation turns at even positions, gpt at odd; each "
                                                      "gpt turn one <think> and one tool call or answer; ends with the "
                                                      "answer")])
@@ -56,7 +56,7 @@ def sft_conversations(context: dg.AssetExecutionContext, omne: OmneResource) -> 
     )
 
 
-@dg.asset(group_name="training", kinds={"pytorch", "peft"}, deps=[sft_conversations], pool=GPU_POOL, op_tags=GPU_TAGS)
+@stage_asset("sft_model", kinds={"pytorch", "peft"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def sft_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The stage-2 model: LoRA (or full) SFT with the weighted think-loss, saved in HF/PEFT format."""
     from pipelines.train.stage2 import build_sft_model
@@ -66,8 +66,7 @@ def sft_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mater
                                           "loss_curve": dg.MetadataValue.path(str(result.folder / "loss_curve.png"))})
 
 
-@dg.asset(group_name="training", kinds={"pytorch", "png"}, deps=[sft_conversations, sft_model, qa_dataset],
-          pool=GPU_POOL, op_tags=GPU_TAGS)
+@stage_asset("think_weight_sweep", kinds={"pytorch", "png"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """Seed paper Table 5: one SFT model per think-loss weight, each evaluated; EM and loss against the weight."""
     from pipelines.manifest import read_manifest
@@ -84,8 +83,7 @@ def think_weight_sweep(context: dg.AssetExecutionContext, omne: OmneResource) ->
         "plot": dg.MetadataValue.path(str(result.folder / "sweep.png"))})
 
 
-@dg.asset(group_name="training", kinds={"pytorch", "trl"}, deps=[sft_model, qa_dataset], pool=GPU_POOL,
-          op_tags=GPU_TAGS)
+@stage_asset("stage3_rl_model", kinds={"pytorch", "trl"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def stage3_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """RL stage 3 from the SFT model (rl.stage3)."""
     from pipelines.train.rl import train_rl
@@ -95,11 +93,13 @@ def stage3_rl_model(context: dg.AssetExecutionContext, omne: OmneResource) -> dg
         **_model_metadata(result), "curves": dg.MetadataValue.path(str(result.folder / "training_curves.png"))})
 
 
-def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
+def _evaluation(params, stage: str) -> dg.MaterializeResult:
+    """The report of a report stage (its name and model from the registry), with its completeness check."""
     from pipelines.eval.runner import evaluate_cached
     from pipelines.manifest import read_manifest
 
-    result = evaluate_cached(params, model, name=name)
+    declared = STAGES.get(stage)
+    result = evaluate_cached(params, evaluated_model(declared, params.artifacts_dir), name=declared.report)
     metrics = result.metrics
     by_bucket = {bucket: round(scores.em, 4) for bucket, scores in metrics.by_bucket.items()}
     manifest = read_manifest(result.folder)
@@ -108,19 +108,17 @@ def _evaluation(params, model: str, name: str) -> dg.MaterializeResult:
         "em": metrics.overall.em, "f1": metrics.overall.f1, "hit1": metrics.overall.hit1,
         "em_by_bucket": dg.MetadataValue.json(by_bucket),
         "outcomes": dg.MetadataValue.json(metrics.behaviour.outcomes),
-        "report": dg.MetadataValue.path(str(result.folder / "report.html"))})
+        "report": dg.MetadataValue.path(str(result.folder / "report.html"))},
+        check_results=[report_check_result(result.folder, metrics)])
 
 
-@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[sft_model], pool=GPU_POOL, op_tags=GPU_TAGS)
+@stage_asset("sft_eval_report", kinds={"pytorch", "html"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def sft_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The SFT model with tools on the same test sample as the base model's report."""
-    params = omne.params()
-    return _evaluation(params, str(model_dir(params.artifacts_dir, SFT_MODEL)), "sft-tools")
+    return _evaluation(omne.params(), "sft_eval_report")
 
 
-@dg.asset(group_name="evaluation", kinds={"pytorch", "html"}, deps=[stage3_rl_model], pool=GPU_POOL,
-          op_tags=GPU_TAGS)
+@stage_asset("stage3_eval_report", kinds={"pytorch", "html"}, pool=GPU_POOL, op_tags=GPU_TAGS)
 def stage3_eval_report(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The stage-3 RL model with tools on the same test sample (Omne-R1 paper Table 6: against the SFT model)."""
-    params = omne.params()
-    return _evaluation(params, str(model_dir(params.artifacts_dir, rl_model_name(3))), "rl-stage3-tools")
+    return _evaluation(omne.params(), "stage3_eval_report")
