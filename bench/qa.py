@@ -79,11 +79,11 @@ from pipelines.manifest import MANIFEST_NAME
 from pipelines.qa import prompts
 from pipelines.qa.generate import BUCKETS, generate_llm_pairs, hop_choices
 from pipelines.qa.models import Bucket, SeedSubgraph
-from pipelines.qa.names import normalise_text
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.seeds import ball_nodes, sample_seed_subgraphs
 from pipelines.qa.template import sample_template_path, write_question
 from pipelines.qa.validate import check_pair
+from pipelines.text.names import normalise_text
 
 log = logging.getLogger("bench.qa")
 SYNTHETIC = "synthetic"

@@ -371,7 +371,7 @@ def qa_phrases(ctx: click.Context, names: tuple[str, ...], write: bool) -> None:
     sources, where a fix to one phrase changes every question that uses it (the QA pairs are rebuilt).
     """
     from pipelines.qa.build import draft_phrases, phrases_file
-    from pipelines.qa.phrases import write_lexicon
+    from pipelines.text.phrases import write_lexicon
 
     params = _params(ctx)
     for domain in _selected(params, names):

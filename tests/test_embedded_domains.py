@@ -69,7 +69,7 @@ def test_embedded_domain_builds_passes_its_checks_and_fills_both_buckets(tmp_pat
     from pipelines.layout import kg_dir, qa_dir
     from pipelines.qa.build import GENERIC_WORDS_FILE, build_qa_pairs, build_seed_subgraphs
     from pipelines.qa.models import QAPair
-    from pipelines.qa.names import leaked_names
+    from pipelines.text.names import leaked_names
 
     entry = REGISTRY.get(name)
     root = make_project(tmp_path / "project", yaml.safe_dump(

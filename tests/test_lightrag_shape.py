@@ -35,9 +35,9 @@ from pipelines.kg.lightrag_render import GENERIC_TYPES, LIGHTRAG_SEP, render_lig
 from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir
 from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs, read_qa_pairs, relation_graph
-from pipelines.qa.names import find_name, written_name
-from pipelines.qa.phrases import PhraseLexicon, edge_phrase, shown_keywords, singular_subject, type_noun
 from pipelines.qa.template import keyword_sentence, relation_sentence
+from pipelines.text.names import find_name, written_name
+from pipelines.text.phrases import PhraseLexicon, edge_phrase, shown_keywords, singular_subject, type_noun
 from pipelines.train.sft_data import question_spelling
 from tests.conftest import PROJECT_ROOT, TINY_REGISTRY, cli_env, make_project
 from tests.lightrag_support import write_lightrag_graphml as write_construction_graphml
@@ -555,11 +555,11 @@ def test_written_name_takes_a_mixed_case_mention_else_title_case() -> None:
 
 
 def test_short_ies_verbs_keep_their_e() -> None:
-    from pipelines.qa.phrases import base_verb, derive_forms
+    from pipelines.text.phrases import base_verb, derive_forms
 
     assert [base_verb(w) for w in ("lies", "dies", "applies", "decays", "symbolizes", "quizzes", "fixes")] == [
         "lie", "die", "apply", "decay", "symbolize", "quiz", "fix"]
-    from pipelines.qa.phrases import edge_statement, singular_subject
+    from pipelines.text.phrases import edge_statement, singular_subject
 
     # a past tense without -ed stays as it is; a possessive slot cannot take "an event"
     assert singular_subject("{head} held the title of {tail}") == "{head} held the title of {tail}"

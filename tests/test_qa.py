@@ -28,12 +28,12 @@ from pipelines.qa.build import (
 )
 from pipelines.qa.dataset import dedupe, split_of
 from pipelines.qa.models import PathEdge, QAPair, Validation, qa_id
-from pipelines.qa.names import leaked_names, mentions
 from pipelines.qa.paths import RelationGraph, Step
-from pipelines.qa.phrases import PhraseLexicon, RelationPhrases
 from pipelines.qa.seeds import ball_nodes, sample_seed_subgraphs
 from pipelines.qa.template import filled_questions, keyword_sentence, remaining_questions, write_question
 from pipelines.qa.validate import check_pair
+from pipelines.text.names import leaked_names, mentions
+from pipelines.text.phrases import PhraseLexicon, RelationPhrases
 from tests.conftest import CHEMISTRY_REGISTRY, PROJECT_ROOT, make_project
 
 

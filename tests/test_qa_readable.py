@@ -14,8 +14,9 @@ from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_knowledge_graph
 from pipelines.qa.build import build_qa_pairs, build_seed_subgraphs, read_qa_pairs, relation_graph
-from pipelines.qa.names import leaked_names, mentions, usable_name
-from pipelines.qa.phrases import (
+from pipelines.qa.validate import check_pair, form_problems, relative_depth
+from pipelines.text.names import leaked_names, mentions, usable_name
+from pipelines.text.phrases import (
     PhraseLexicon,
     RelationPhrases,
     derive_forms,
@@ -24,7 +25,6 @@ from pipelines.qa.phrases import (
     read_lexicon,
     shared_statement,
 )
-from pipelines.qa.validate import check_pair, form_problems, relative_depth
 from tests.conftest import EMBEDDED_DOMAINS, PROJECT_ROOT, cli_env, embedded_domains_project, make_project
 from tests.lightrag_support import write_lightrag_graphml
 

@@ -14,7 +14,7 @@ from pipelines.config import Params
 from pipelines.eval.runner import load_split
 from pipelines.llm.scripted import ScriptedChatClient
 from pipelines.qa.models import PathEdge
-from pipelines.qa.names import mentions
+from pipelines.text.names import mentions
 from pipelines.train.sft_data import (
     TEMPLATE_VERSION,
     SFTConversation,

@@ -19,7 +19,7 @@ from pipelines.kg.model import normalise_key
 from pipelines.kg.store import read_kg
 from pipelines.layout import index_dir, kg_dir
 from pipelines.manifest import MANIFEST_NAME, read_manifest
-from pipelines.qa.phrases import edge_phrase, shown_keywords
+from pipelines.text.phrases import edge_phrase, shown_keywords
 
 
 def _grouped(keys: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +144,7 @@ class DomainGraph:
 def phrase_labels(names: list[str], src: np.ndarray, dst: np.ndarray, keywords: list[str],
                   descriptions: list[str]) -> tuple[list[str], np.ndarray]:
     """The labels of an unlabelled graph's relations: the phrase each description says its relation with ("is
-    defined in"; pipelines.qa.phrases.edge_phrase), else the keyword list. A relation whose sentence reads from
+    defined in"; pipelines.text.phrases.edge_phrase), else the keyword list. A relation whose sentence reads from
     its second end to its first gets its ends swapped in ``src``/``dst`` (in place; the graph is undirected, so
     the swap changes no fact), so that every phrased relation reads from src to dst; the mask says which are."""
     labels, phrased = list(keywords), np.zeros(len(keywords), dtype=bool)

@@ -39,7 +39,7 @@ from pipelines.eval.schema import HOP_GROUPS, SCORE_FIELDS, Behaviour, Efficienc
 from pipelines.eval.stats import wilson_interval
 from pipelines.kg.model import TYPED_NAME, normalise_key
 from pipelines.qa.models import GoldPath
-from pipelines.qa.names import mentions
+from pipelines.text.names import mentions
 
 Resolver = Callable[[str], str | None]
 Triple = tuple[str, str, str]

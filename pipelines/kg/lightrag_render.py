@@ -27,8 +27,8 @@ import networkx as nx
 
 from pipelines.errors import KGSourceError
 from pipelines.kg.model import json_records
-from pipelines.qa.names import STOPWORDS
-from pipelines.qa.phrases import PHRASES_FILE, label_statement, read_lexicon
+from pipelines.text.names import STOPWORDS
+from pipelines.text.phrases import PHRASES_FILE, label_statement, read_lexicon
 
 LIGHTRAG_SEP = "<SEP>"
 TRIPLES_FILE = "triples.jsonl"

@@ -41,9 +41,9 @@ from pipelines.qa.gold import gold_paths
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.paraphrase import PARAPHRASES_FILE, ParaphraseResult
 from pipelines.qa.paths import RelationGraph
-from pipelines.qa.phrases import PHRASES_FILE, PhraseLexicon, draft_lexicon, label_sentences, read_lexicon
 from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
 from pipelines.qa.template import WRITER_VERSION
+from pipelines.text.phrases import PHRASES_FILE, PhraseLexicon, draft_lexicon, label_sentences, read_lexicon
 
 log = logging.getLogger(__name__)
 

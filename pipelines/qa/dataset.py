@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from pipelines.config import QAParams
 from pipelines.qa.models import QAPair, Split
-from pipelines.qa.names import normalise_text
+from pipelines.text.names import normalise_text
 
 
 def split_of(question: str, qa: QAParams) -> Split:

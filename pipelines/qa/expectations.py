@@ -18,8 +18,8 @@ import polars as pl
 
 from pipelines.kg.checks import CheckOutcome, CheckSpec
 from pipelines.qa.models import QAPair
-from pipelines.qa.names import leaked_names, mentions, normalise_text
 from pipelines.qa.validate import form_problems
+from pipelines.text.names import leaked_names, mentions, normalise_text
 
 if TYPE_CHECKING:  # GE costs ~3 s to import: only the functions that validate load it
     from great_expectations import ExpectationSuite

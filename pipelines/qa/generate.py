@@ -23,10 +23,10 @@ from pipelines.config import LLMParams, QAParams
 from pipelines.llm.base import ChatClient, ChatRequest
 from pipelines.qa import prompts
 from pipelines.qa.models import Attempt, Bucket, QAPair, SeedSubgraph, Validation, bucket_of, qa_id
-from pipelines.qa.names import normalise_text
 from pipelines.qa.paths import RelationGraph, Step
 from pipelines.qa.template import sample_template_path, write_question
 from pipelines.qa.validate import check_pair
+from pipelines.text.names import normalise_text
 
 log = logging.getLogger(__name__)
 BUCKETS: tuple[Bucket, ...] = ("1-2", "3+")

@@ -20,9 +20,9 @@ from pipelines.config import LLMParams, QAParams
 from pipelines.llm.base import ChatClient, ChatRequest
 from pipelines.qa import prompts
 from pipelines.qa.models import QAPair, qa_id
-from pipelines.qa.names import normalise_text
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.validate import check_question
+from pipelines.text.names import normalise_text
 
 PARAPHRASES_FILE = "paraphrases.jsonl"
 KEPT = ("no_reply", "unchanged", "rules", "duplicate")  # why a template question was kept

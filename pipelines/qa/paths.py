@@ -16,8 +16,8 @@ from scipy.sparse import csgraph
 
 from pipelines.kg.model import KnowledgeGraph, normalise_key
 from pipelines.qa.models import PathEdge
-from pipelines.qa.names import generic_words, usable_name, written_name
-from pipelines.qa.phrases import Phrasebook, PhraseLexicon
+from pipelines.text.names import generic_words, usable_name, written_name
+from pipelines.text.phrases import Phrasebook, PhraseLexicon
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class RelationGraph:
 
     def __init__(self, kg: KnowledgeGraph, lexicon: PhraseLexicon | None = None, *,
                  shared_labels: bool = True) -> None:
-        """``lexicon``: the domain's phrases file (pipelines/qa/phrases.py); ``shared_labels``: whether the
+        """``lexicon``: the domain's phrases file (pipelines/text/phrases.py); ``shared_labels``: whether the
         relation labels name relations shared by many edges (a triples source) rather than per-edge keyword
         lists (LightRAG graphs, text extraction), which are phrased from each edge's own sentence."""
         self.kg = kg

@@ -3,7 +3,7 @@ hop count, with a sample of questions to read.
 
 One function, :func:`qa_quality_report`, computes it from ``artifacts/qa/dataset/qa.parquet``; ``omne qa report``
 prints it, the Dagster asset ``qa_dataset`` shows it as metadata. Every figure is recounted from the question texts
-with the same rules the build applies (``pipelines.qa.validate`` and ``pipelines.qa.names``), so a rule that let
+with the same rules the build applies (``pipelines.qa.validate`` and ``pipelines.text.names``), so a rule that let
 something through shows up here as a count that is not zero.
 """
 
@@ -21,8 +21,8 @@ from pipelines.config import Params
 from pipelines.errors import ArtifactMissingError, ConfigError
 from pipelines.layout import qa_dir
 from pipelines.manifest import read_manifest
-from pipelines.qa.names import leaked_names, normalise_text
 from pipelines.qa.validate import form_problems, relative_depth
+from pipelines.text.names import leaked_names, normalise_text
 
 GUESSABLE_RULE = (
     "a question is guessable from the question alone when its answer is the most frequent answer among the other "

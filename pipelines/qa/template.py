@@ -1,6 +1,6 @@
 """The offline question generator: deterministic questions along a sampled KG path, no LLM needed.
 
-Each hop is said with its relation's phrases (pipelines/qa/phrases.py: the domain's editable phrases file,
+Each hop is said with its relation's phrases (pipelines/text/phrases.py: the domain's editable phrases file,
 else the rules), in forms a person reads once (docs/qa.md, "How template questions read"): a direct
 question for one hop, one noun phrase for the bridge of two ("Which currency does the country whose capital
 is Lima use?"), and two or three short sentences for three or more ("Roscommon is a state/province of a
@@ -16,9 +16,9 @@ from collections import Counter
 
 import numpy as np
 
-from pipelines.qa.names import find_name
 from pipelines.qa.paths import RelationGraph, Step
-from pipelines.qa.phrases import (
+from pipelines.text.names import find_name
+from pipelines.text.phrases import (
     PREPOSITIONS,
     RelationPhrases,
     drop_article,

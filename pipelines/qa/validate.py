@@ -13,8 +13,8 @@ import re
 from pydantic import BaseModel
 
 from pipelines.qa.models import Bucket, PathEdge
-from pipelines.qa.names import _name_pattern, leaked_names, mentions
 from pipelines.qa.paths import RelationGraph, Step
+from pipelines.text.names import _name_pattern, leaked_names, mentions
 
 HOP_RANGES: dict[str, tuple[int, int]] = {"1-2": (1, 2), "3+": (3, 10_000)}
 

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from pipelines.llm.base import ChatClient, ChatRequest
-from pipelines.qa.names import mentions
+from pipelines.text.names import mentions
 
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
 TAGS = re.compile(r"</?(think|tool_call|tool_response|answer)>")

@@ -63,7 +63,7 @@ from pipelines.eval.metrics import (
 from pipelines.llm.base import ChatClient, ChatRequest
 from pipelines.llm.structured import complete_json_many
 from pipelines.qa.models import GoldPath
-from pipelines.qa.names import mentions
+from pipelines.text.names import mentions
 
 log = logging.getLogger(__name__)
 

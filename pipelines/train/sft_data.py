@@ -37,7 +37,6 @@ from pipelines.eval.metrics import exact_match
 from pipelines.kg.model import shown_type
 from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conversations_dir
 from pipelines.qa.models import GoldPath, QAPair
-from pipelines.qa.names import find_name, mentions
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.template import (
     filled_questions,
@@ -48,6 +47,7 @@ from pipelines.qa.template import (
     write_question,
 )
 from pipelines.qa.validate import edge_steps
+from pipelines.text.names import find_name, mentions
 from pipelines.train.graph_names import alias_words, graph_alias
 
 RESPONSE = re.compile(r"^<tool_response>", re.S)
@@ -196,7 +196,7 @@ def misspelled_name(name: str, rng: random.Random) -> str | None:
 
 def question_spelling(question: str, name: str) -> str:
     """How ``question`` writes the entity ``name``: a LightRAG graph's "RADIUM-213" is "Radium-213" in its
-    questions (pipelines.qa.names.written_name), and the model looks up what it reads, then copies the graph's
+    questions (pipelines.text.names.written_name), and the model looks up what it reads, then copies the graph's
     spelling from the matcher's answer. ``name`` itself when the question does not name it."""
     spans = find_name(question, name) or []
     return question[spans[0][0]:spans[0][1]] if spans else name

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from pipelines.qa.names import STOPWORDS, find_name
+from pipelines.text.names import STOPWORDS, find_name
 
 PHRASES_FILE = "phrases.yaml"
 BE = {"is", "are", "was", "were"}
