@@ -264,6 +264,9 @@ class SFTDataParams(DomainSelection):
     # share of template conversations whose question misspells the start and whose first call is node_info on that
     # spelling: "not found", the closest names listed, the exact name copied (docs/sft.md, "Not found")
     recovery_fraction: float = Field(0.1, ge=0.0, le=1.0)
+    # share of template conversations that repeat a node_info call once (that turn not trained on), get the rollout
+    # engine's repeat note, and walk on as the path does: what to do when a call loops (docs/sft.md, "Repeated calls")
+    loop_recovery_fraction: float = Field(0.1, ge=0.0, le=1.0)
     # share of template conversations that call their graph by an alias (prompt, thinking and calls; the tools
     # answer from the real domain), so that the model copies the graph's name from the prompt instead of
     # memorising the training domains' names (pipelines/train/graph_names.py)

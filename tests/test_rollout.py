@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.protocols import DirectProtocol, KGR1Protocol, OmneProtocol, SearchProtocol
-from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.agent.rollout import REPEAT_NOTE, RolloutEngine, RolloutParams, Task
 from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
@@ -158,14 +158,21 @@ def test_a_call_repeated_past_max_same_call_ends_the_episode_and_a_new_call_rese
     mars = '<think>again</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>'
     looped = RolloutEngine(ScriptedChatClient(lambda r: mars), omne(), tools,
                            RolloutParams(max_same_call=2)).run([task], progress=False)[0]
-    # two identical calls run, the third ends the episode unexecuted (it is still the last assistant turn)
+    # the first call runs, the second (the same) gets the repeat note unrun, the third ends the episode unexecuted
+    # (it is still the last assistant turn)
     assert looped.finish == "repeated_call" and looped.rounds == 3 and len(looped.tool_calls) == 2
+    first, repeat = looped.tool_calls
+    assert first.ok and first.response.startswith("Entity: Mars")
+    assert not repeat.ok and repeat.error_type == "repeated_call" and repeat.response == REPEAT_NOTE
+    assert repeat.name == "node_info" and repeat.arguments == first.arguments
+    assert looped.messages[-2] == {"role": "user", "content": f"<tool_response>\n{REPEAT_NOTE}\n</tool_response>"}
     assert looped.messages[-1]["role"] == "assistant" and "node_info" in looped.messages[-1]["content"]
     sun = '<think>other</think><tool_call>node_info(node_name="Sun", graph_type="solar")</tool_call>'
     script = [mars, mars, sun, mars, mars, "<think>Phobos.</think><answer>Phobos</answer>"]
     recovered = RolloutEngine(ScriptedChatClient(script), omne(), tools,
                               RolloutParams(max_same_call=2)).run([task], progress=False)[0]
     assert recovered.finish == "answer" and len(recovered.tool_calls) == 5 and recovered.answer == "Phobos"
+    assert [c.error_type for c in recovered.tool_calls] == [None, "repeated_call", None, None, "repeated_call"]
     unlimited = RolloutEngine(ScriptedChatClient(lambda r: mars), omne(max_rounds=5), tools,
                               RolloutParams()).run([task], progress=False)[0]
     assert unlimited.finish == "max_rounds" and len(unlimited.tool_calls) == 5

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipelines.agent.client import InProcessToolClient
-from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
+from pipelines.agent.rollout import REPEAT_NOTE, RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
 from pipelines.eval.runner import load_split
 from pipelines.llm.scripted import ScriptedChatClient
@@ -145,7 +145,8 @@ def test_filled_question_thinking_copies_the_question_with_each_entity_reached_n
 def test_misspelled_start_questions_walk_on_from_the_matchers_exact_name(solar_qa: Params) -> None:
     import re
 
-    plain = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"recovery_fraction": 0.0})})
+    plain = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"recovery_fraction": 0.0, "loop_recovery_fraction": 0.0})})
     build_sft_conversations(plain, progress=False)
     plain_ids = {r.id for r in read_sft_conversations(plain)}
     params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
@@ -191,6 +192,40 @@ def test_recovery_conversations_copy_the_closest_name_after_not_found(solar_qa: 
         assert format_problems(record) == []
     # a pair whose misspelling the index resolves itself (or does not list) keeps its plain form
     assert len(recovered) < len(records) and not any(r.id.endswith("-m") for r in records)
+
+
+def test_loop_recovery_conversations_repeat_a_call_untrained_and_walk_on_after_the_note(solar_qa: Params) -> None:
+    import re
+
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"recovery_fraction": 0.0, "misspelled_start_fraction": 0.0, "loop_recovery_fraction": 1.0})})
+    result = build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    looped = [r for r in records if r.id.endswith("-l")]
+    assert looped and len(looped) == len(records) == result.manifest.rows["loop_recovery"]
+    for record in looped:
+        turns = record.conversations
+        untrained = [i for i, t in enumerate(turns) if t.get("train") == "false"]
+        assert len(untrained) == 1 and format_problems(record) == []
+        i = untrained[0]
+        # the same node_info call as the turn before its response, answered with the rollout engine's note
+        assert turns[i]["value"] == turns[i - 2]["value"] and "<tool_call>node_info(" in turns[i]["value"]
+        assert turns[i + 1]["value"] == f"<tool_response>\n{REPEAT_NOTE}\n</tool_response>"
+        node = re.search(r'node_name="([^"]*)"', turns[i]["value"])[1]
+        recovery = turns[i + 2]["value"]
+        assert recovery.startswith(f"<think>The response above is all node_info shows for {node}. ")
+        assert f'node_name="{node}"' not in recovery  # it walks on: another entity, or the answer
+    # without the repeated turn, its note and the recovery's first sentence, each is the plain conversation
+    build_sft_conversations(solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"recovery_fraction": 0.0, "misspelled_start_fraction": 0.0, "loop_recovery_fraction": 0.0})}),
+        progress=False)
+    plain = {r.id: r.conversations for r in read_sft_conversations(solar_qa)}
+    for record in looped:
+        turns = [dict(t) for t in record.conversations]
+        i = next(i for i, t in enumerate(turns) if t.get("train") == "false")
+        turns[i + 2]["value"] = re.sub(r"^<think>The response above is all node_info shows for .*?\. ", "<think>",
+                                       turns[i + 2]["value"])
+        assert turns[:i] + turns[i + 2:] == plain[record.id[:-2]]
 
 
 def test_path_thoughts_walk_the_path_relation_by_relation() -> None:

@@ -206,6 +206,46 @@ def test_think_tokens_are_single_and_decoding_round_trips(tiny: Path, tokenizer)
     assert masked.count(open_id) == 2 and masked.count(close_id) == 2
 
 
+def test_an_untrained_turn_is_context_not_a_target(tiny: Path, tokenizer, tmp_path: Path) -> None:  # noqa: ANN001
+    """A gpt turn marked "train": "false" (a loop-recovery conversation's repeated call) renders as before but
+    carries no label, also beside conversations without the flag (the dataset then holds None for it)."""
+    from trl import SFTConfig
+
+    looped = conversation(9)
+    call, response, answer = looped["conversations"][1:]
+    note = {"from": "observation", "value": "<tool_response>\n<error>The same call as the last one</error>\n"
+                                            "</tool_response>"}
+    looped["conversations"] = [looped["conversations"][0], call, response, {**call, "train": "false"}, note, answer]
+    messages = sharegpt_to_messages(looped)
+    assert messages[4] == {"role": "assistant", "content": call["value"], "train": False}
+    plain = [{k: v for k, v in m.items() if k != "train"} for m in messages]
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == tokenizer.apply_chat_template(plain,
+                                                                                                      tokenize=False)
+    config = SFTConfig(output_dir=str(tmp_path), assistant_only_loss=True, report_to="none", bf16=False,
+                       activation_checkpointing=False, max_length=512, per_device_train_batch_size=2,
+                       dataloader_pin_memory=False)
+    trainer = ThinkWeightedSFTTrainer(model=load_model(tiny, tokenizer), args=config,
+                                      train_dataset=sft_dataset([conversation(0), looped]), processing_class=tokenizer,
+                                      think_weight=0.1)
+    batch = collate(trainer, range(2))
+    for row, conv in enumerate((conversation(0), looped)):
+        ids, labels = batch["input_ids"][row], batch["labels"][row]
+        trained = tokenizer.decode(ids[labels != -100])
+        assert trained == call_text(conv) + answer_text(conv)  # the repeated call is in the input, not trained
+    assert tokenizer.decode(batch["input_ids"][1]).count(call["value"]) == 2
+    with pytest.raises(ValueError, match="no gpt turn to train on"):
+        sharegpt_to_messages({"system": "s", "conversations": [{"from": "human", "value": "q"},
+                                                               {"from": "gpt", "value": "a", "train": "false"}]})
+
+
+def call_text(record: dict) -> str:
+    return record["conversations"][1]["value"] + "<|im_end|>"
+
+
+def answer_text(record: dict) -> str:
+    return record["conversations"][-1]["value"] + "<|im_end|>"
+
+
 def test_training_templates_render_like_the_originals(tiny: Path) -> None:
     from transformers import AutoTokenizer
 

@@ -29,6 +29,7 @@ class ErrorType(StrEnum):
     FORMAT_ERROR = "format_error"
     UNKNOWN_GRAPH = "unknown_graph"
     SERVER_ERROR = "server_error"
+    REPEATED_CALL = "repeated_call"  # the rollout engine's, not a tool's: the same call as the one just made
 
 
 class ToolError(BaseModel):

@@ -30,7 +30,7 @@ NO_THINK_PREFIX = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n"
 # The version of the system prompts' text: part of the fingerprints of what is built from or scored with them
 # (SFT conversations, evaluation reports, RL models), so that changing a prompt rebuilds them. Bump it with any
 # change to a system_prompt below (or to the tool specs they list, or to the text the tools answer with).
-PROMPT_VERSION = 8  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
+PROMPT_VERSION = 9  # 2: omne's call example names no real graph (it was graph_type="chemistry"), only placeholders;
 # 3: the tools listed as JSON schemas or as one-line signatures (tools.prompt_specs, in the fingerprints too);
 # 4: node_info writes each neighbour's type after its name, "Russia [territory]" (tools.neighbor_types);
 # 5: omne's rules in one paragraph, not a numbered list, and shorter tool descriptions; entity_matcher lists names
@@ -38,7 +38,8 @@ PROMPT_VERSION = 8  # 2: omne's call example names no real graph (it was graph_t
 # read as a phrase with the entity and the other end's type, by the clause of the question the walk is at;
 # 7: omne's rules in three sentences (~135 tokens with the tools, was ~200) and node_info's relation lines read from
 # the entity (tools.node_info_lines: from_entity), "-[in chapter]-> B", without its name on every line; 8: node_info's
-# Description line only with tools.node_info_descriptions (off in the quick profile), its spec "type and relations"
+# Description line only with tools.node_info_descriptions (off in the quick profile), its spec "type and relations";
+# 9: a merged keyword list shown as its gist (at most four) and a call repeating the last one answered with a note
 
 
 @dataclass

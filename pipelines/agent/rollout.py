@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 from tqdm.auto import tqdm
 
+from pipelines.agent.calls import ErrorType
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import Protocol, SearchProtocol
 from pipelines.agent.server import CallRequest
@@ -45,8 +46,15 @@ class RolloutParams(BaseModel):
     seed: int | None = None
     # an episode making the same call (same text) more than this many times in a row ends there, finish
     # "repeated_call": with the same tools the answer cannot change, and a looping model would spend its
-    # remaining rounds on it (agent.max_same_call); None: never
+    # remaining rounds on it (agent.max_same_call); before that, a call repeating the one just made is not run and
+    # gets REPEAT_NOTE instead of the same response (``_repeat_note``); None: never
     max_same_call: int | None = None
+
+
+# what a call repeating the one just made gets instead of the same response: greedy decoding over the same context
+# writes the same call again, and on NIST CSF 2.0 38% of the episodes ended so (docs/sft.md, "Repeated calls")
+REPEAT_NOTE = ("<error>The same call as the last one: its response above is all it gives. Call node_info on a name "
+               "that response lists, entity_matcher on another name, or answer.</error>")
 
 
 @dataclass
@@ -146,6 +154,8 @@ class RolloutEngine:
                 traj.finish, episode.done = "repeated_call", True
                 self._close_partial(episode)
                 return None
+            if self._repeat_note(episode, action.call):
+                return None
             call = action.call
             if isinstance(self.protocol, SearchProtocol):
                 call = self.protocol.search_call(action.call, episode.task.question)
@@ -170,6 +180,27 @@ class RolloutEngine:
             return False
         return all(record.text.strip() == call.strip() for record in traj.tool_calls[-limit:])
 
+    def _repeat_note(self, episode: _Episode, call: str) -> bool:
+        """Answer a call that repeats the one just made with REPEAT_NOTE, unrun (True); only with a
+        ``max_same_call``, which ends the episode if the model repeats it still."""
+        traj = episode.trajectory
+        if self.params.max_same_call is None or not traj.tool_calls or traj.tool_calls[-1].text.strip() != call.strip():
+            return False
+        last = traj.tool_calls[-1]
+        traj.tool_calls.append(ToolCallRecord(round=traj.rounds - 1, text=call, name=last.name,
+                                              arguments=dict(last.arguments), ok=False,
+                                              error_type=ErrorType.REPEATED_CALL.value, response=REPEAT_NOTE))
+        self._respond(episode, REPEAT_NOTE)
+        return True
+
+    def _respond(self, episode: _Episode, content: str) -> None:
+        """A tool response into the episode's context, as the protocol carries it."""
+        message = self.protocol.response_message(content)
+        if self.protocol.inline_responses:
+            episode.partial += f"\n{message}\n"
+        else:
+            episode.messages.append({"role": "user", "content": message})
+
     def _execute(self, calls: list[tuple[_Episode, str, str]]) -> None:
         """Run the round's calls in one batch (one HTTP request when the tools are remote)."""
         if not calls:
@@ -184,11 +215,7 @@ class RolloutEngine:
                 round=episode.trajectory.rounds - 1, text=written, name=result.name or None, arguments=result.arguments,
                 ok=result.ok, error_type=result.error_type.value if result.error_type else None,
                 response=result.content, latency_s=latency))
-            message = self.protocol.response_message(result.content)
-            if self.protocol.inline_responses:
-                episode.partial += f"\n{message}\n"
-            else:
-                episode.messages.append({"role": "user", "content": message})
+            self._respond(episode, result.content)
 
     def _close_partial(self, episode: _Episode) -> None:
         if self.protocol.inline_responses and episode.partial:

@@ -61,10 +61,12 @@ def no_think_value(value: str) -> str:
     return NO_THINK_PREFIX + THINK_BLOCK.sub("", value).lstrip()
 
 
-def sharegpt_to_messages(record: Mapping[str, Any] | Any, *, mode: str = "think") -> list[dict[str, str]]:
+def sharegpt_to_messages(record: Mapping[str, Any] | Any, *, mode: str = "think") -> list[dict[str, Any]]:
     """A ShareGPT SFT conversation -> chat messages: the system prompt, then human -> user,
     gpt -> assistant, observation -> user (its value already holds ``<tool_response>…</tool_response>``).
-    ``mode="no_think"`` replaces every gpt turn's thinking with the empty ``<think>\\n\\n</think>``."""
+    ``mode="no_think"`` replaces every gpt turn's thinking with the empty ``<think>\\n\\n</think>``. A gpt turn
+    marked ``"train": "false"`` becomes an assistant message with ``"train": False``: context, not trained on
+    (the training chat templates render it outside the ``{% generation %}`` markers)."""
     record = _record(record)
     messages = [{"role": "system", "content": record["system"]}] if record.get("system") else []
     for index, turn in enumerate(record["conversations"]):
@@ -75,8 +77,11 @@ def sharegpt_to_messages(record: Mapping[str, Any] | Any, *, mode: str = "think"
         value = turn["value"]
         if role == "assistant" and mode == "no_think":
             value = no_think_value(value)
-        messages.append({"role": role, "content": value})
-    if not any(m["role"] == "assistant" for m in messages):
+        message = {"role": role, "content": value}
+        if role == "assistant" and turn.get("train") == "false":  # context only: a repeated call it recovers from
+            message["train"] = False
+        messages.append(message)
+    if not any(m["role"] == "assistant" and m.get("train", True) for m in messages):
         raise ValueError(f"{record.get('id', '?')}: no gpt turn to train on")
     return messages
 
@@ -98,12 +103,15 @@ _SMOLLM_SYSTEM = ("{%- if loop.first and messages[0]['role'] != 'system' %}{{ '<
                   "helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{%- endif %}")
 _CHATML_TRAINING = (
     "{%- for message in messages %}{SYSTEM}"
-    "{%- if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if message['role'] == 'assistant' and message.get('train', true) is not false %}"
+    "{{ '<|im_start|>assistant\\n' }}"
     "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{%- elif message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{%- else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
 # ChatML with {% generation %} around each assistant turn's content and its <|im_end|> (the stop token
-# is trained; the newline after it is not): SmolLM2's (with its default system prompt) and plain ChatML.
+# is trained; the newline after it is not): SmolLM2's (with its default system prompt) and plain ChatML. An
+# assistant message with "train": false renders the same, outside the markers: context, not a target.
 TRAINING_TEMPLATES = {
     "smollm2-chatml": _CHATML_TRAINING.replace("{SYSTEM}", _SMOLLM_SYSTEM),
     "chatml": _CHATML_TRAINING.replace("{SYSTEM}", ""),

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol, tool_schemas
+from pipelines.agent.rollout import REPEAT_NOTE
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.metrics import exact_match
@@ -207,7 +208,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           graph: RelationGraph | None = None, graph_name: str | None = None,
                           specs: str = "json", relation_descriptions: bool = True,
                           neighbor_types: bool = False, filled_question: bool = False,
-                          recover: bool = False, relation_phrases: bool = True) -> SFTConversation | None:
+                          recover: bool = False, relation_phrases: bool = True,
+                          loop_at: int | None = None) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -225,7 +227,10 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     node_info on the misspelling, which fails with the closest names listed, and the next copies the exact name
     (``sft_data.recovery_fraction``; None when the index resolves the misspelling itself or does not list the name).
     ``relation_phrases``: node_info labels unlabelled relations with their phrase (tools.unlabelled_relations), and
-    the thinking reads them so.
+    the thinking reads them so. ``loop_at``: the node_info call on the path's node of that index is made twice in a
+    row, the second time as an untrained turn (``"train": "false"``: what a looping model writes, never a target),
+    answered with the rollout engine's ``REPEAT_NOTE``; the next turn reads the response above and walks on
+    (``sft_data.loop_recovery_fraction``).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -252,6 +257,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         return protocol.response_message(result.content)
 
     hops = len(edges)
+    if loop_at is not None:
+        loop_at = min(loop_at, hops - 1)
     reading = (path_reading(graph, nodes, edges, descriptions=relation_descriptions, types=neighbor_types,
                             filled_from=pair.question if filled_question else None, phrased=relation_phrases)
                if graph is not None else None)
@@ -283,8 +290,12 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         if response is None:
             return None
         turns.append({"from": "observation", "value": response})
+        if i == loop_at:  # the same call again (not trained on), the note, then the walk goes on from the response
+            turns.append({**turns[-2], "train": "false"})
+            turns.append({"from": "observation", "value": protocol.response_message(REPEAT_NOTE)})
+            thoughts[i + 2] = f"The response above is all node_info shows for {node}. {thoughts[i + 2]}"
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
-    suffix = ("-r" if recover else "-m") if start_as else ""
+    suffix = ("-r" if recover else "-m") if start_as else "-l" if loop_at is not None else ""
     return SFTConversation(id=f"{pair.id}-t{path_index}{suffix}", graph_type=shown,
                            question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
                            tools=tool_schemas(protocol.tools), conversations=turns, source="template",
@@ -547,6 +558,11 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                 elif draw < settings.recovery_fraction + settings.misspelled_start_fraction:
                     record = template_conversation(pair, gold, tools, misspell=rng, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown)
+                elif draw < (settings.recovery_fraction + settings.misspelled_start_fraction
+                             + settings.loop_recovery_fraction):
+                    record = template_conversation(pair, gold, tools, **writing, path_index=index,
+                                                   graph=graphs.get(pair.domain), graph_name=shown,
+                                                   loop_at=rng.randrange(pair.hops))
                 if record is None:
                     record = template_conversation(pair, gold, tools, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown)
@@ -589,6 +605,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped,
                                  "misspelled_start": sum(r.id.endswith("-m") for r in records),
                                  "not_found_recovery": sum(r.id.endswith("-r") for r in records),
+                                 "loop_recovery": sum(r.id.endswith("-l") for r in records),
                                  "renamed_graph": sum(r.domain is not None for r in records)},
             metadata={"stats": conversation_stats(records), "format_problems": len(bad),
                       "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,
