@@ -25,6 +25,11 @@ def test_readme_is_a_users_page() -> None:
     assert lines[0] == "# omne" and any(line == "## Quick start" for line in lines)
 
 
+def test_docs_describe_the_present_within_a_line_budget() -> None:
+    # reference pages, not a lab notebook: dated notes go to docs/experiments/ (issue 49)
+    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (PROJECT_ROOT / "docs").glob("*.md")) <= 2500
+
+
 def test_nothing_refers_outside_the_repository() -> None:
     tracked = [p for p in PROJECT_ROOT.rglob("*") if p.is_file() and p.suffix in {".py", ".md", ".yaml", ".toml"}
                and not any(part.startswith(".") or part in {"artifacts", "__pycache__"}
