@@ -79,7 +79,7 @@ from pipelines.agent.models import load_agent_model
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import Params
-from pipelines.eval.metrics import exact_match
+from pipelines.eval.answers import exact_match
 from pipelines.eval.runner import make_protocol, question_source
 from pipelines.llm.generation import LOCAL_BACKENDS
 from pipelines.llm.onnx_export import ONNX_PRECISIONS

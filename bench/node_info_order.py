@@ -67,8 +67,8 @@ from pipelines.agent.calls import ToolCall, format_call
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params, load_params
-from pipelines.eval.metrics import parse_triples
 from pipelines.eval.runner import load_split, stable_sample
+from pipelines.eval.triples import parse_triples
 from pipelines.kg.embed import Encoder
 from pipelines.layout import qa_dir
 from pipelines.qa.models import QAPair

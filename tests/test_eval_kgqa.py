@@ -14,20 +14,15 @@ import polars as pl
 import pytest
 
 from pipelines.agent.client import HttpToolClient, InProcessToolClient
+from pipelines.agent.scope import Scope, subgraph_entities
 from pipelines.agent.server import CallRequest, create_app
-from pipelines.agent.tools import EpisodeState, KGToolbox, Scope, subgraph_entities
+from pipelines.agent.tools import EpisodeState, KGToolbox
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.eval.contexts import GRAPH_HEADER, graph_context, neighbourhood
-from pipelines.eval.kgqa import (
-    KGQAFormatError,
-    build_kgqa_domain,
-    kgqa_params,
-    load_kgqa,
-    read_kgqa,
-    resolve_question,
-    slug,
-)
+from pipelines.eval.kgqa import resolve_question
+from pipelines.eval.kgqa_formats import KGQAFormatError, load_kgqa, read_kgqa
+from pipelines.eval.kgqa_workspace import build_kgqa_domain, kgqa_params, slug
 from pipelines.eval.runner import evaluate
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient

@@ -5,29 +5,24 @@ from __future__ import annotations
 import pytest
 
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
-from pipelines.eval.metrics import (  # _triple_alternatives: the readings behaviour() counts
-    OUTCOMES,
-    _triple_alternatives,
+from pipelines.eval.answers import answer_set, exact_match, hit_at_1, normalise_answer, normalised_em, set_f1
+from pipelines.eval.behaviour import OUTCOMES, behaviour, episode_outcome
+from pipelines.eval.metrics import (
     aggregate,
-    answer_set,
-    behaviour,
     efficiency,
-    episode_outcome,
     evaluate_trajectories,
-    exact_match,
-    exploration_scores,
-    gold_triples,
     group_scores,
-    hit_at_1,
-    normalise_answer,
-    normalised_em,
-    parse_triples,
     repeats_summary,
     score_trajectories,
-    set_f1,
-    triple_named,
 )
 from pipelines.eval.schema import EvalMetrics, Scores, hops_key
+from pipelines.eval.triples import (  # _triple_alternatives: the readings behaviour() counts
+    _triple_alternatives,
+    exploration_scores,
+    gold_triples,
+    parse_triples,
+    triple_named,
+)
 from pipelines.qa.models import GoldPath, GoldPathItem, PathEdge
 
 

@@ -27,7 +27,7 @@ from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.config import Params, load_params
 from pipelines.domains import SourceSpec, load_registry
 from pipelines.errors import KGSourceError, RegistryError
-from pipelines.eval.metrics import answer_from_tools, behaviour
+from pipelines.eval.behaviour import answer_from_tools, behaviour
 from pipelines.eval.schema import Behaviour
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.importers import import_source, lightrag_records, read_lightrag_graphml

@@ -370,7 +370,7 @@ def test_stage1_keeps_its_exactly_correct_rollouts_for_the_sft_data(solar_qa: Pa
     """A real GRPO stage 1 whose rollouts come from a scripted policy (a tiny random model never answers right):
     the exactly-correct training rollouts, and only they, land in the model folder with their step and reward (the
     validation rollouts, val-split questions, never do); `sft_data.sources: [template, agent]` then trains on them."""
-    from pipelines.eval.metrics import exact_match
+    from pipelines.eval.answers import exact_match
     from pipelines.eval.runner import load_split
     from pipelines.layout import CORRECT_ROLLOUTS_FILE, correct_rollouts_file
     from pipelines.llm.local import TransformersChatClient

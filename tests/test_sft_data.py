@@ -365,7 +365,7 @@ def test_format_check_names_what_is_wrong() -> None:
 def test_renamed_graph_conversations_call_the_alias_and_get_the_real_domains_answers(solar_qa: Params) -> None:
     import re
 
-    from pipelines.eval.metrics import behaviour
+    from pipelines.eval.behaviour import behaviour
 
     plain_params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
         update={"renamed_graph_share": 0.0})})

@@ -17,15 +17,9 @@ import pytest
 
 from pipelines.agent import server as server_module
 from pipelines.agent.client import InProcessToolClient
+from pipelines.agent.scope import Allowed, ResolvedScope, Scope, scope_ids, subgraph_entities
 from pipelines.agent.server import CallRequest, EpisodeStore, create_app, run_request
-from pipelines.agent.tools import (
-    Allowed,
-    KGToolbox,
-    ResolvedScope,
-    Scope,
-    scope_ids,
-    subgraph_entities,
-)
+from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params, ToolParams
 from tests.tool_support import ServerThread, with_tools
 

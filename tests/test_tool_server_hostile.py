@@ -17,8 +17,10 @@ import pytest
 
 from pipelines.agent.calls import ErrorType
 from pipelines.agent.client import HttpToolClient, InProcessToolClient
+from pipelines.agent.lru import ByteLRU
+from pipelines.agent.scope import Scope
 from pipelines.agent.server import CallRequest, EpisodeStore, create_app
-from pipelines.agent.tools import SEARCH_PATH_FRAMES, ByteLRU, EpisodeState, KGToolbox, Scope, ToolResult
+from pipelines.agent.tools import SEARCH_PATH_FRAMES, EpisodeState, KGToolbox, ToolResult
 from pipelines.config import Params, ToolParams, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph

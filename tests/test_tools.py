@@ -20,7 +20,7 @@ from pipelines.agent.tools import (
 )
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
-from pipelines.eval.metrics import parse_triples
+from pipelines.eval.triples import parse_triples
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from tests.tool_support import build_solar_project, with_tools
 

@@ -41,16 +41,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pipelines.agent.calls import ErrorType, ToolError, printable
-from pipelines.agent.tools import (
-    QUESTION_MAX_CHARS,
-    REQUEST_FIELD_MAX_CHARS,
-    EpisodeState,
-    KGToolbox,
-    Scope,
-    ToolResult,
-    checked_scope,
-    field_error,
-)
+from pipelines.agent.fields import QUESTION_MAX_CHARS, REQUEST_FIELD_MAX_CHARS, checked_scope, field_error
+from pipelines.agent.scope import Scope
+from pipelines.agent.tools import EpisodeState, KGToolbox, ToolResult
 from pipelines.config import ToolParams
 from pipelines.errors import OmneError
 

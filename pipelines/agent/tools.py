@@ -7,7 +7,9 @@
   of the entity's predicates most relevant to the question, with per-episode backtracking.
 
 Tools without a ``graph_type`` argument act on the episode's graph (given with the call). A
-``KGToolbox.call`` never raises: any failure is a typed error the model can read and recover from.
+``KGToolbox.call`` never raises: any failure is a typed error the model can read and recover from. An episode's
+scope is in :mod:`pipelines.agent.scope`, the request field checks in :mod:`pipelines.agent.fields`, the
+toolbox's byte-bounded cache in :mod:`pipelines.agent.lru`.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ import sys
 import threading
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from pipelines.agent.calls import (
     ErrorType,
@@ -41,7 +42,10 @@ from pipelines.agent.calls import (
     parse_call,
     printable,
 )
+from pipelines.agent.fields import checked_scope, field_error
 from pipelines.agent.kg_view import DomainGraph, manifest_signature
+from pipelines.agent.lru import ByteLRU
+from pipelines.agent.scope import Allowed, ResolvedScope, Scope, scope_ids, scope_nbytes
 from pipelines.config import Params
 from pipelines.domains import load_registry
 from pipelines.errors import ArtifactMissingError, RegistryError
@@ -103,56 +107,8 @@ class Frame:
     next: int = 0
 
 
-class Scope(BaseModel):
-    """What one episode may see: the entities within ``hops`` of ``seeds`` (relations followed both ways).
-
-    External KGQA sets (WebQSP, CWQ, ...) are answered on a per-question subgraph around the topic
-    entities (2 hops, as the seed systems do); with a scope every tool hides what lies outside it:
-    those entities are "not found", their relations are not listed, entity_matcher ranks only
-    entities inside. Seeds are entity names (normalised look-up); ones the KG lacks are ignored.
-    """
-
-    model_config = ConfigDict(frozen=True, strict=True)  # no coercion: "2", 2.0 or true are not hops, 3 is no seed
-    seeds: list[str] = Field(max_length=100)
-    hops: int = Field(2, ge=0, le=4)
-
-
 SEARCH_PATH_FRAMES = 128  # search steps an episode remembers for backtracking (its memory stays bounded)
 WALK_MEMORY = 16  # entities an episode remembers having listed with node_info (a walk is at most a few hops)
-REQUEST_FIELD_MAX_CHARS = 200  # graph_type and episode_id are names, never text
-QUESTION_MAX_CHARS = 4000  # an episode's question (a request field): longer is refused with a typed error
-
-
-@dataclass(frozen=True, eq=False)
-class Allowed:
-    """A scope resolved on one graph: the sorted ids of the entities inside it, 4 bytes an entity (a Python set of
-    them held ~60 bytes an entity: 1,000 scopes of a few thousand entities were over 100 MB)."""
-
-    ids: np.ndarray  # sorted, unique
-
-    def __contains__(self, entity: object) -> bool:
-        at = int(np.searchsorted(self.ids, entity))
-        return at < self.ids.size and int(self.ids[at]) == entity
-
-    def mask(self, entities: np.ndarray) -> np.ndarray:
-        """Which of ``entities`` are inside (a boolean array of their shape)."""
-        if not self.ids.size:
-            return np.zeros(np.shape(entities), dtype=bool)
-        at = np.minimum(np.searchsorted(self.ids, entities), self.ids.size - 1)
-        return self.ids[at] == entities
-
-    def nbytes(self) -> int:
-        return self.ids.nbytes + ALLOWED_OVERHEAD
-
-
-@dataclass(frozen=True, eq=False)
-class ResolvedScope:
-    """An episode's scope resolved on the graph it last called (the graph's name and version, the Scope object)."""
-
-    graph: str
-    signature: str
-    scope: Scope
-    allowed: Allowed
 
 
 # bytes of Python objects around the data an episode holds, measured with tracemalloc (tests/test_tool_memory.py)
@@ -160,17 +116,10 @@ EPISODE_OVERHEAD = 350  # the state, its lists and dict
 QUERY_OVERHEAD = 400  # a cached query vector: the array's header, the key, the LRU's entry (beside text and vector)
 PHRASES_OVERHEAD = 400  # an entity's cached phrase vectors: the batch's array header, the key, the LRU's entry
 PHRASE_OVERHEAD = 200  # each of its vectors: a view's header, its (direction, label) key
-SCOPE_OVERHEAD = 500  # the Scope object around its list of seeds
-ALLOWED_OVERHEAD = 400  # ResolvedScope, Allowed, the array's header
 
 
 def text_nbytes(text: str | None) -> int:
     return sys.getsizeof(text) if isinstance(text, str) else 0
-
-
-def scope_nbytes(scope: Scope) -> int:
-    """The memory a Scope holds: the object, its list and its seed strings (a client sent them: nothing shares them)."""
-    return SCOPE_OVERHEAD + sys.getsizeof(scope.seeds) + sum(sys.getsizeof(seed) for seed in scope.seeds)
 
 
 @dataclass
@@ -267,43 +216,6 @@ def relation_phrase(incoming: bool, label: str, name: str, other_type: str) -> s
     return f"{other} {label} {name}" if incoming else f"{name} {label} {other}"
 
 
-def field_error(name: str, value: object, max_chars: int = REQUEST_FIELD_MAX_CHARS) -> ToolError | None:
-    """Why a request-level text field (graph_type, episode_id) cannot be used, as a typed tool error:
-    such a field comes from a client, not from the model's text, yet must never raise or reach JSON."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        return _error(ErrorType.INVALID_ARGUMENT, f"{name} must be a string or null, got {type(value).__name__}")
-    if len(value) > max_chars:
-        return _error(ErrorType.INVALID_ARGUMENT, f"{name} is longer than {max_chars} characters")
-    if not is_valid_unicode(value):
-        return _error(ErrorType.INVALID_ARGUMENT, f"{name} is not valid Unicode (it contains a lone surrogate)")
-    return None
-
-
-def checked_scope(scope: object, max_bytes: int) -> Scope | ToolError | None:
-    """``scope`` as a Scope (a dict is validated), or why it is refused. Its size is bounded in bytes,
-    not only in seeds: an episode keeps its scope, so a client could otherwise grow server memory at will."""
-    if scope is None:
-        return None
-    if not isinstance(scope, Scope):
-        try:
-            scope = Scope.model_validate(scope)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'scope'}: {e['msg']}" for e in exc.errors()[:3])
-            return _error(ErrorType.INVALID_ARGUMENT, f"invalid scope: {problems}")
-    size = 0
-    for seed in scope.seeds:
-        if not is_valid_unicode(seed):
-            return _error(ErrorType.INVALID_ARGUMENT,
-                          "a scope seed is not valid Unicode (it contains a lone surrogate)")
-        size += len(seed.encode("utf-8"))
-    if size > max_bytes:
-        return _error(ErrorType.INVALID_ARGUMENT, f"the scope's seeds total {size} bytes, more than the "
-                      f"{max_bytes} allowed (tools.scope_max_bytes)")
-    return scope
-
-
 def relative_paths(text: str, root: Path, artifacts: Path | None = None) -> str:
     """``text`` with the project root's absolute path taken out (paths relative to it), and an artifacts
     folder outside the root shown as ``<artifacts>``: error texts go to clients, not only to logs."""
@@ -319,94 +231,6 @@ def relative_paths(text: str, root: Path, artifacts: Path | None = None) -> str:
         text = text.replace(prefix + os.sep, "" if prefixes[prefix] == "." else prefixes[prefix] + os.sep)
         text = text.replace(prefix, prefixes[prefix])
     return text
-
-
-class ByteLRU:
-    """A thread-safe least-recently-used cache bounded by the (estimated) bytes of its entries: a bound
-    on the entry count bounds nothing when clients choose the entries' sizes. An entry larger than the
-    whole budget is not kept."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.nbytes = 0
-        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Hashable) -> Any | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            self._entries.move_to_end(key)
-            return entry[0]
-
-    def put(self, key: Hashable, value: Any, size: int) -> None:
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            if size > self.max_bytes:
-                return
-            self._entries[key] = (value, size)
-            self.nbytes += size
-            while self.nbytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.nbytes -= dropped
-
-    def clear(self, keep: Callable[[Hashable], bool] | None = None) -> None:
-        """Drop every entry (or those whose key ``keep`` rejects)."""
-        with self._lock:
-            for key in [k for k in self._entries if keep is None or not keep(k)]:
-                self.nbytes -= self._entries.pop(key)[1]
-
-
-def subgraph_entities(graph: DomainGraph, seeds: Iterable[int], hops: int) -> frozenset[int]:
-    """The entity ids within ``hops`` of ``seeds`` in ``graph``, relations followed in both directions."""
-    seen = set(seeds)
-    frontier = list(seen)
-    for _ in range(hops):
-        reached = []
-        for node in frontier:
-            for relation in graph.incident(node):
-                other = graph.other_end(int(relation), node)
-                if other not in seen:
-                    seen.add(other)
-                    reached.append(other)
-        if not reached:
-            break
-        frontier = reached
-    return frozenset(seen)
-
-
-def scope_ids(graph: DomainGraph, seeds: Iterable[int], hops: int) -> np.ndarray:
-    """``subgraph_entities`` as a sorted array of ids (int32 when the graph allows), breadth first over the CSR
-    arrays: no Python object per entity, so resolving a scope of thousands of entities leaves nothing behind."""
-    inside = np.zeros(graph.num_entities, dtype=bool)
-    frontier = np.unique(np.fromiter(seeds, dtype=np.int64))
-    inside[frontier] = True
-    for _ in range(hops):
-        if not frontier.size:
-            break
-        reached = np.concatenate([_neighbours(graph.out_ptr, graph.out_idx, graph.rel_dst, frontier),
-                                  _neighbours(graph.in_ptr, graph.in_idx, graph.rel_src, frontier)])
-        frontier = np.unique(reached[~inside[reached]])
-        inside[frontier] = True
-    ids = np.flatnonzero(inside)
-    return ids.astype(np.int32) if graph.num_entities < 2**31 else ids
-
-
-def _neighbours(pointers: np.ndarray, relations: np.ndarray, ends: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """The other ends of every relation of ``nodes`` in one CSR direction (``ends``: rel_dst for the outgoing ones)."""
-    starts, lengths = pointers[nodes], pointers[nodes + 1] - pointers[nodes]
-    total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    # position k of node j's run is starts[j] + k: each run's first position, repeated, plus a running count
-    first = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return ends[relations[first + np.arange(total)]]
 
 
 def _error(kind: ErrorType, message: str) -> ToolError:

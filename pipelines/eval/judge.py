@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import LLMParams
-from pipelines.eval.metrics import exact_match
+from pipelines.eval.answers import exact_match
 from pipelines.llm.base import ChatClient, ChatRequest
 
 JUDGE_SYSTEM = "You grade answers to questions about a knowledge graph. You reply with JSON only."

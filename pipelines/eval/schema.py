@@ -100,7 +100,7 @@ class Behaviour(BaseModel):
     gold_triple_coverage: float = 0.0  # EoG: share of validated gold-path triples named in the think text
     exploration_efficiency: float = 0.0  # EoG: gold triples named in think / all KG triples named in think
     exploration_episodes: int = 0  # episodes with validated gold triples (0: exploration metrics not computed)
-    # how each episode ended (needs validated gold paths; OUTCOMES in metrics.py): correct / stopped_on_path /
+    # how each episode ended (needs validated gold paths; OUTCOMES in behaviour.py): correct / stopped_on_path /
     # misspelled_answer / start_not_reached / no_answer / wrong_answer -> episodes
     outcomes: dict[str, int] = Field(default_factory=dict)
 

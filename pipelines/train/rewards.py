@@ -49,17 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.agent.calls import ToolCall, ToolSpec, parse_call
 from pipelines.agent.protocols import PROTOCOLS, KGR1Protocol, OmneProtocol, SearchProtocol, _blocks
 from pipelines.agent.trajectory import Trajectory
+from pipelines.eval.answers import answer_set, exact_match, normalise_answer, normalised_em, set_f1
+from pipelines.eval.behaviour import _call_key
 from pipelines.eval.judge import judge_messages
-from pipelines.eval.metrics import (
-    _call_key,
-    answer_set,
-    exact_match,
-    exploration_scores,
-    gold_triples,
-    normalise_answer,
-    normalised_em,
-    set_f1,
-)
+from pipelines.eval.triples import exploration_scores, gold_triples
 from pipelines.llm.base import ChatClient, ChatRequest
 from pipelines.llm.structured import complete_json_many
 from pipelines.qa.models import GoldPath

@@ -34,7 +34,7 @@ from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol, tool_schemas
 from pipelines.agent.rollout import REPEAT_NOTE
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
-from pipelines.eval.metrics import exact_match
+from pipelines.eval.answers import exact_match
 from pipelines.kg.model import shown_type
 from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conversations_dir
 from pipelines.qa.models import GoldPath, QAPair

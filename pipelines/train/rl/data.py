@@ -43,7 +43,7 @@ def rl_dataset(pairs: list[Any], protocol: Any, gold_paths: dict[str, Any]) -> A
     """A conversational prompt dataset (system + user) with the columns the rewards read."""
     import datasets
 
-    from pipelines.eval.metrics import gold_triples
+    from pipelines.eval.triples import gold_triples
 
     rows = []
     for pair in pairs:

@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from pipelines.agent.trajectory import Trajectory
-from pipelines.eval.metrics import exact_match
+from pipelines.eval.answers import exact_match
 from pipelines.layout import CORRECT_ROLLOUTS_FILE
 
 

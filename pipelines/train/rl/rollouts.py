@@ -21,7 +21,7 @@ from typing import Any
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import RLStageParams
-from pipelines.eval.metrics import graph_name_misses
+from pipelines.eval.behaviour import graph_name_misses
 from pipelines.train.lora import merged_adapter
 from pipelines.train.rl.episodes import encode_trajectory
 

@@ -22,7 +22,7 @@ class ValidationEM(TrainerCallback):
         self.trainer, self.rollouts, self.pairs, self.every = trainer, rollouts, pairs, every
 
     def measure(self, step: int) -> float:
-        from pipelines.eval.metrics import exact_match
+        from pipelines.eval.answers import exact_match
 
         if getattr(self.trainer, "use_vllm", False):  # rollouts from vLLM: with the weights of this step
             from pipelines.llm.trl_vllm import sync_policy_weights
