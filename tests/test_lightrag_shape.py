@@ -598,7 +598,8 @@ def test_short_ies_verbs_keep_their_e() -> None:
              "{head} check the strength of {tail}"),  # a base-form verb (the singular rule makes it "checks")
             ("Valentine oversaw the ledger of Scrooge.", "VALENTINE", "SCROOGE", "{head} oversaw the ledger of {tail}"),
             ("ACME does not include BETA.", "ACME", "BETA", "{head} does not include {tail}"),
-            ("CONCRETE consists of CEMENT.", "CONCRETE", "CEMENT", "{head} consists of {tail}")]  # a verb with "of"
+            ("CONCRETE consists of CEMENT.", "CONCRETE", "CEMENT", "{head} consists of {tail}"),  # a verb with "of"
+            ("LENNY co-founded AIRBNB.", "LENNY", "AIRBNB", "{head} co-founded {tail}")]  # lennys_podcast_lightrag
     for text, head, tail, statement in kept:
         assert edge_statement(text, head, tail) == statement, text
 

@@ -406,8 +406,8 @@ def _starts_a_verb_group(middle: list[str]) -> bool:
     symbolizes …" leaves "{head} tree symbolizes …", which the singular rule would turn into "Poplar trees
     symbolizes"."""
     first, second = middle[0], middle[1] if len(middle) > 1 else ""
-    if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS or not first.isalpha():  # "{head} 2.0 document
-        return False  # is processed by": the rest of a longer name, which the question would drop
+    if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS or not first.replace("-", "").isalpha():
+        return False  # "{head} 2.0 document is processed by": the rest of a longer name ("co-founded" is a verb)
     if second == "of" and first not in BE | AUXILIARIES and not {first, base_verb(first), first[:-1], first[:-2],
                                                                   first[:-3] + "y"} & _VERBS_OF:
         return False  # "The Kind property of the entity in …": a noun, which the question would make "properties"
