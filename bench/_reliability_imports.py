@@ -149,12 +149,70 @@ def run_import_probe(concurrent: int = 16, kill_points: int = 5) -> dict:
             "wall_s": round(time.monotonic() - started, 1)}
 
 
+def _bad_files(count: int) -> list[tuple[str, str, str | bytes]]:
+    """``count`` broken source files (kind, suffix, content), cycling through the shapes users send: malformed
+    CSV/TSV (an unclosed quote, wrong field counts), bad UTF-8, JSONL nested 50,000 deep, 5,000-digit and NaN
+    weights, missing columns, over-long names, broken or hostile GraphML, binary junk, empty files."""
+    deep = '{"head": ' + "[" * 50_000 + "]" * 50_000 + ', "relation": "r", "tail": "t"}\n'
+    shapes: list[tuple[str, str, str | bytes]] = [
+        ("unclosed_quote", ".csv", 'head,relation,tail\n"Earth,orbits,Sun\n'),
+        ("extra_field", ".csv", "head,relation,tail\nEarth,orbits,Sun,extra\n"),
+        ("fewer_fields", ".tsv", "head\trelation\ttail\nEarth\torbits\n"),
+        ("bad_utf8", ".csv", b"head,relation,tail\nEar\xffth,orbits,Sun\n"),
+        ("deep_jsonl", ".jsonl", deep),
+        ("huge_weight", ".jsonl", '{"head": "a", "relation": "r", "tail": "b", "weight": ' + "9" * 5000 + "}\n"),
+        ("nan_weight", ".csv", "head,relation,tail,weight\na,r,b,NaN\n"),
+        ("no_head", ".csv", "relation,tail\nr,b\n"),
+        ("long_name", ".csv", "head,relation,tail\n" + "x" * 20_000 + ",r,b\n"),
+        ("cut_graphml", ".graphml", '<?xml version="1.0"?><graphml><graph edgedefault="undirected"><node id='),
+        ("entity_bomb", ".graphml", '<?xml version="1.0"?><!DOCTYPE g [<!ENTITY a "aaaaaaaaaa">'
+                                    '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><graphml>&b;</graphml>'),
+        ("binary", ".csv", bytes(range(256)) * 4),
+        ("empty", ".jsonl", ""),
+    ]
+    files = []
+    for i in range(count):  # each further round adds blank lines: the same shape at other offsets
+        kind, suffix, content = shapes[i % len(shapes)]
+        pad = i // len(shapes)
+        files.append((f"{kind}-{i}", suffix, content + (b"\n" if isinstance(content, bytes) else "\n") * pad))
+    return files
+
+
+def run_bad_file_probe(count: int = 104) -> dict:
+    """Import ``count`` broken files the way `omne kg import` validates them (in this process); every one must fail
+    with one ``KGSourceError`` line naming the file (exit 2 at the CLI), never another exception (a traceback)."""
+    from pipelines.errors import OmneError
+    from pipelines.kg.importing import ImportRequest, validate_source
+
+    started = time.monotonic()
+    tracebacks, multi_line, unnamed, imported, examples = 0, 0, 0, 0, {}
+    with tempfile.TemporaryDirectory(prefix="omne-bad-files-") as tmp:
+        for name, suffix, content in _bad_files(count):
+            path = Path(tmp) / f"{name}{suffix}"
+            path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+            try:
+                validate_source(ImportRequest(path=path, name="probe"))
+                imported += 1
+            except OmneError as exc:
+                message = str(exc)
+                multi_line += len(message.splitlines()) != 1
+                unnamed += str(path) not in message
+                examples.setdefault(name.rsplit("-", 1)[0], message.replace(tmp, "<tmp>")[:160])
+            except Exception as exc:  # noqa: BLE001 - what the probe counts
+                tracebacks += 1
+                examples.setdefault(name.rsplit("-", 1)[0], f"TRACEBACK {exc.__class__.__name__}")
+    return {"bad_files": count, "tracebacks": tracebacks, "multi_line_errors": multi_line,
+            "errors_not_naming_the_file": unnamed, "imported_anyway": imported, "examples": examples,
+            "wall_s": round(time.monotonic() - started, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrent", type=int, default=16, help="simultaneous `kg import --no-build`")
     parser.add_argument("--kill-points", type=int, default=5, help="imports killed (SIGKILL) at named steps")
     args = parser.parse_args()
-    print(json.dumps(run_import_probe(args.concurrent, args.kill_points), indent=2))
+    print(json.dumps({**run_import_probe(args.concurrent, args.kill_points), "bad_files": run_bad_file_probe()},
+                     indent=2))
 
 
 if __name__ == "__main__":

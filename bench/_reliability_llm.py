@@ -8,7 +8,8 @@ Each malformed reply is sent three ways: alone (``complete_many`` of one request
 is counted per reply), all in one concurrent batch, and through ``complete_json_many`` (no repair
 turn may be spent on a broken endpoint). The odd-but-usable replies (a lone surrogate, a BOM, JSON
 sent as text/plain, missing usage...) go through the disk cache twice: the reread must equal what
-was handed out the first time.
+was handed out the first time. Then every shape is asked for a JSON object through the disk cache three
+times (``_cache_rounds``): no reply that failed the parse may be cached (issue 50: poisoned replies replayed).
 """
 
 from __future__ import annotations
@@ -46,6 +47,29 @@ class _DropAsgiTracebacks(logging.Filter):
 
 def _request(index: int, json_mode: bool = False) -> ChatRequest:
     return ChatRequest(messages=[{"role": "user", "content": f"probe {index}"}], tag=TAG, json_mode=json_mode)
+
+
+def _cache_rounds(params: LLMParams, shapes: list[ReplyShape], rounds: int = 3) -> dict[str, Any]:
+    """Every shape asked for a JSON object through the disk cache (``complete_json_many``), ``rounds`` times: a
+    reply that failed (an LLMError, not JSON, not an object) must never be cached, so each round asks it again;
+    a good one is cached once and then read back. Counts the cases, the exceptions, and the bad replies cached."""
+    requests = [_request(i, json_mode=True) for i in range(len(shapes))]
+    cases, exceptions, bad_cached, good_cached = 0, 0, 0, 0
+    with tempfile.TemporaryDirectory(prefix="omne-probe-json-cache-") as cache_dir:
+        for _ in range(rounds):
+            with CachedChatClient(OpenAIChatClient(params), Path(cache_dir)) as cached:
+                try:
+                    results = complete_json_many(cached, requests, repair_rounds=0)
+                except Exception:  # noqa: BLE001 - what the probe counts
+                    exceptions += len(requests)
+                    continue
+                cases += len(requests)
+                for request, result in zip(requests, results, strict=True):
+                    kept = cached.get(request) is not None
+                    bad_cached += kept and not result.ok
+                    good_cached += kept and result.ok
+    return {"cache_cases": cases, "cache_rounds": rounds, "cache_exceptions": exceptions,
+            "bad_replies_cached": bad_cached, "good_replies_cached": good_cached}
 
 
 def run_llm_probe(n_replies: int = 120) -> dict[str, Any]:
@@ -93,6 +117,7 @@ def run_llm_probe(n_replies: int = 120) -> dict[str, Any]:
                 with CachedChatClient(OpenAIChatClient(params), Path(cache_dir)) as cached:
                     again = cached.complete_many(usable_requests)
             sent = app.state.log.total
+            figures.update(_cache_rounds(params, shapes))
     finally:
         logging.getLogger("uvicorn.error").removeFilter(quiet)
 

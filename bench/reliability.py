@@ -3,7 +3,8 @@
 Sections (``--sections``, default all):
 
 - **imports**: concurrent `omne kg import --no-build` (lost registrations) and imports SIGKILLed at named
-  steps then rerun (half-written leftovers, failed reruns): bench/_reliability_imports.py.
+  steps then rerun (half-written leftovers, failed reruns), and broken source files (tracebacks, errors that
+  are not one line naming the file): bench/_reliability_imports.py.
 - **llm**: malformed replies served by the scripted OpenAI-compatible server through the real client
   (exceptions that escape it): bench/_reliability_llm.py.
 - **server**: `omne tools serve` under hostile requests, thread load with /health polled, and large-scope
@@ -220,9 +221,19 @@ def table(results: dict[str, Any]) -> str:
         rows.append(_row(f"import killed at {r['kill_points']} points: half-written / failed reruns", "0 / 0",
                          f"{r['half_written_after_kill']} / {r['failed_reruns']}",
                          r["half_written_after_kill"] == 0 and r["failed_reruns"] == 0))
+    if (r := results.get("imports")) is not None and (b := r.get("bad_files")) is not None:
+        rows.append(_row(f"importer tracebacks / multi-line errors, {b['bad_files']} broken files", "0 / 0",
+                         f"{b['tracebacks']} / {b['multi_line_errors'] + b['errors_not_naming_the_file']}",
+                         b["tracebacks"] == 0 and b["multi_line_errors"] == 0 and b["errors_not_naming_the_file"] == 0
+                         and b["bad_files"] >= 100))
     if (r := results.get("llm")) is not None:
         rows.append(_row(f"exceptions out of the LLM client, {r['malformed_replies']} malformed replies", "0",
                          r["exceptions"], r["exceptions"] == 0 and r["malformed_replies"] >= 100))
+        if "cache_cases" in r:
+            rows.append(_row(f"LLM cache: exceptions / bad replies cached, {r['cache_cases']} JSON cases "
+                             f"({r['cache_rounds']} rounds)", "0 / 0",
+                             f"{r['cache_exceptions']} / {r['bad_replies_cached']}",
+                             r["cache_exceptions"] == 0 and r["bad_replies_cached"] == 0 and r["cache_cases"] >= 150))
     if (r := results.get("server")) is not None:
         rows.append(_row(f"server 5xx, {r['hostile_requests']:,} hostile + {r['load_requests']:,} load requests",
                          "0", r["server_5xx"], r["server_5xx"] == 0))
@@ -267,6 +278,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 TOY = {"sections": ["imports", "llm", "server"], "concurrent": 4, "import_kill_points": 2, "llm_replies": 100,
+       "bad_files": 26,
        "server_seconds": 3.0, "threads": 8, "hostile": 100, "large_scope": 100, "server_entities": 200,
        "dvc_entities": 300}
 
@@ -281,6 +293,7 @@ def build_parser() -> BenchParser:
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="what to probe")
     parser.add_argument("--concurrent", type=int, default=16, help="simultaneous `omne kg import --no-build`")
     parser.add_argument("--import-kill-points", type=int, default=5, help="imports SIGKILLed at named steps")
+    parser.add_argument("--bad-files", type=int, default=104, help="broken source files given to the importers")
     parser.add_argument("--llm-replies", type=int, default=120, help="malformed replies sent to the LLM client")
     parser.add_argument("--server-seconds", type=float, default=60.0, help="seconds of thread load on the server")
     parser.add_argument("--threads", type=int, default=32, help="client threads of the load phase")
@@ -299,10 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"benchmark": "reliability", "date": datetime.now(UTC).isoformat(timespec="seconds"),
                                "args": args_record(args)}
     if "imports" in args.sections:
-        from _reliability_imports import run_import_probe
+        from _reliability_imports import run_bad_file_probe, run_import_probe
 
-        print("imports: concurrent registrations and kills ...", flush=True)
+        print("imports: concurrent registrations, kills, broken files ...", flush=True)
         results["imports"] = run_import_probe(args.concurrent, args.import_kill_points)
+        results["imports"]["bad_files"] = run_bad_file_probe(args.bad_files)
     if "llm" in args.sections:
         from _reliability_llm import run_llm_probe
 

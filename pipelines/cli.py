@@ -13,10 +13,11 @@ from typing import Any
 import click
 import httpx
 
-from pipelines.config import Params, load_params, with_overrides
+from pipelines.config import Params, find_params_file, load_params, with_overrides
 from pipelines.domains import Domain, check_domain_name, load_registry
-from pipelines.errors import ArtifactMissingError, OmneError
+from pipelines.errors import ArtifactMissingError, ConfigError, OmneError
 from pipelines.llm.base import LLMError
+from pipelines.params_doc import first_difference, params_doc_path, render_params_doc
 from pipelines.tables import print_eval_table, print_qa_stats
 
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir", "text": "text"}
@@ -104,11 +105,38 @@ def domains(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"{'':<18} {domain.field or '':<17} {domain.origin or ''}; licence: {domain.licence or '?'}")
 
 
-@cli.command("params")
+@cli.group("params", invoke_without_command=True)
 @click.pass_context
 def show_params(ctx: click.Context) -> None:
-    """Print the resolved parameters of the selected profile as JSON."""
-    click.echo(_params(ctx).model_dump_json(indent=2))
+    """Print the resolved parameters of the selected profile as JSON (`omne params`), or generate their reference
+    page (`omne params docs`). What each setting means: docs/params.md."""
+    if ctx.invoked_subcommand is None:
+        click.echo(_params(ctx).model_dump_json(indent=2))
+
+
+@show_params.command("docs")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when docs/params.md differs from what would be written (for CI and tests).")
+@click.pass_context
+def params_docs(ctx: click.Context, check: bool) -> None:
+    """Write docs/params.md (next to params.yaml): a table per params.yaml section with each setting's quick value,
+    its paper-profile value where it differs, and its description, the Field(description=...) in
+    pipelines/config.py. Run it after adding or changing a setting."""
+    found = Path(ctx.obj["params_path"]) if ctx.obj["params_path"] else find_params_file()
+    if found is None or not found.is_file():
+        raise ConfigError(f"{found or 'params.yaml'}: params file not found (run in the project, or give --params)")
+    text, target = render_params_doc(found), params_doc_path(found)
+    current = target.read_text(encoding="utf-8") if target.is_file() else ""
+    if check:
+        if current != text:
+            click.echo(f"{target} is out of date ({first_difference(text, current)}): run `omne params docs`", err=True)
+            ctx.exit(1)
+        click.echo(f"{target} is up to date")
+        return
+    if current != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {target} ({len(text.splitlines())} lines)")
 
 
 @cli.group()
@@ -238,17 +266,26 @@ def kg_render_lightrag(ctx: click.Context, name: str, out: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.pass_context
 def kg_stats(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Statistics of a built KG: size, components, degree, seeds eligible for QA subgraphs."""
+    """Statistics of a built KG: size, components, degree, seeds eligible for QA subgraphs, and what its import
+    truncated (the manifest's import_notes)."""
     from pipelines.kg.build import knowledge_graph_stats
+    from pipelines.kg.importing import clean_leftovers
+    from pipelines.layout import kg_dir
+    from pipelines.manifest import read_manifest
 
     params = _params(ctx)
     load_registry(params.registry_path).get(name)
+    clean_leftovers(params, [name])  # a killed import of this domain: undone (or finished) before reading
     stats = knowledge_graph_stats(name, params)
+    manifest = read_manifest(kg_dir(params.artifacts_dir, name))
+    notes = list(manifest.metadata.get("import_notes", [])) if manifest else []
     if as_json:
-        click.echo(stats.model_dump_json(indent=2))
+        click.echo(json.dumps({**stats.model_dump(mode="json"), "import_notes": notes}, indent=2))
     else:
         for key, value in stats.model_dump().items():
             click.echo(f"{key:<20} {value}")
+        for note in notes:
+            click.echo(f"{'import_note':<20} {note}")
 
 
 @kg.command("search")
@@ -297,11 +334,13 @@ def tools_call(ctx: click.Context, call_text: str, graph_type: str | None, serve
                token: str | None, question: str | None) -> None:
     """Run one tool call as the model would write it, e.g. 'node_info(node_name="Iron", graph_type="chemistry")'."""
     from pipelines.agent.client import HttpToolClient, InProcessToolClient
+    from pipelines.agent.output import cap_text
     from pipelines.agent.tools import KGToolbox
 
-    client = HttpToolClient(server, token) if server else InProcessToolClient(KGToolbox(_params(ctx)))
+    params = _params(ctx)
+    client = HttpToolClient(server, token) if server else InProcessToolClient(KGToolbox(params))
     result = client.call(call_text, graph_type=graph_type, question=question)
-    click.echo(result.content)
+    click.echo(cap_text(result.content, params.tools.max_result_bytes))
     if not result.ok:
         sys.exit(1)
 
@@ -321,6 +360,7 @@ def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, nam
     import uvicorn
     from threadpoolctl import threadpool_limits
 
+    from pipelines.agent.output import with_result_cap
     from pipelines.agent.server import create_app
 
     # one thread each for query encoding (torch) and vector search (BLAS): with more, the two pools
@@ -333,8 +373,9 @@ def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, nam
     loaded = toolbox.load_all()
     click.echo(f"serving {', '.join(loaded) or 'no built domain yet'} on http://{host}:{port} "
                f"({'token required' if token else 'no token'})")
-    uvicorn.run(create_app(toolbox, token=token, max_body_bytes=max_body_bytes), host=host, port=port,
-                log_level="warning")
+    app = with_result_cap(create_app(toolbox, token=token, max_body_bytes=max_body_bytes),
+                          toolbox.tool_params.max_result_bytes)  # each result's text within tools.max_result_bytes
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 @cli.group()

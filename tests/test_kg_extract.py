@@ -545,14 +545,17 @@ def test_build_of_a_text_domain(text_project: Params) -> None:
 
 
 def test_build_through_the_llm_factory_and_cache(text_project: Params, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No client given: params.llm decides (here the real OpenAI client against the scripted server),
-    behind the disk cache, so a forced rebuild sends nothing."""
+    """No client given: params.llm decides (here the real OpenAI client against the scripted server), behind the
+    disk cache, so a forced rebuild sends only what the cache refused to keep: a reply cut at max_tokens and one
+    without any record are used once (their problems counted) but never replayed (issue 50)."""
     for name in ("OMNE_LLM_BASE_URL", "OMNE_LLM_MODEL"):
         monkeypatch.delenv(name, raising=False)
     domain = load_registry(text_project.registry_path).get("rivers")
 
     def handler(body: dict) -> dict:
         request = ChatRequest(messages=body["messages"])
+        if "Prague" in chunk_of(request):
+            return {"text": "I cannot extract anything from this text."}
         reply = {"text": lightrag_reply(request)}
         return {**reply, "finish_reason": "length"} if "Krkonose" in chunk_of(request) else reply
 
@@ -565,12 +568,14 @@ def test_build_through_the_llm_factory_and_cache(text_project: Params, monkeypat
         sent = app.state.log.total
         forced = build_knowledge_graph(domain, params, force=True)
     summary = first.manifest.metadata["extraction"]
-    assert sent == summary["chunks"] and app.state.log.total == sent  # the rebuild came from the cache
-    assert forced.manifest.metadata["extraction"]["cached_replies"] == summary["chunks"]
+    refused = summary["truncated_replies"] + 1  # the cut replies and the one without records
+    assert summary["truncated_replies"] >= 1 and "cut at max_tokens" in " ".join(summary["problems"])
+    assert sent == summary["chunks"] and app.state.log.total == sent + refused  # only those were asked again
+    assert forced.manifest.metadata["extraction"]["cached_replies"] == summary["chunks"] - refused
     assert first.manifest.params["extraction"]["model"] == "test-model"
-    assert summary["truncated_replies"] >= 1 and "cut at max_tokens" in summary["problems"][0]
     assert (params.artifacts_dir / "cache" / "llm").is_dir()
-    assert read_kg(first.folder).num_entities == len(FACTS)
+    names = read_kg(first.folder).entities["name"].to_list()
+    assert "Cologne" in names and "Prague" not in names  # Prague is only in the chunk of the reply without records
 
 
 def test_chunk_model_is_frozen() -> None:

@@ -15,10 +15,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import networkx as nx
 import pytest
 import yaml
 
+from pipelines.agent.tools import KGToolbox
 from pipelines.config import load_params
 from pipelines.crashsafe import OWNER_FILE, LockBusyError, Owner, file_lock
 from pipelines.domains import Domain, SourceSpec, add_domain, load_registry
@@ -142,7 +144,8 @@ def test_kill_during_an_import_then_the_rerun_succeeds_and_nothing_half_written_
 def test_kill_mid_copy_leaves_a_half_file_that_the_next_run_removes(project: Path) -> None:
     kill_at(project, "copying", "kg", "import", str(SOLAR_TRIPLES), "--name", "moons", "--no-build")
     staged = [p for p in (project / "kg_assets").iterdir() if p.name.startswith(".moons.tmp-")]
-    assert len(staged) == 1 and (staged[0] / "triples.csv").stat().st_size < SOLAR_TRIPLES.stat().st_size
+    half = staged[0] / "kg_assets" / "moons" / "triples.csv"  # the source as the build will see it
+    assert len(staged) == 1 and half.stat().st_size < SOLAR_TRIPLES.stat().st_size
     assert not (project / "kg_assets" / "moons").exists()  # the half copy never was where sources live
     rerun = omne(project, "kg", "build")  # any later build replays the killed import's journal
     assert rerun.returncode == 0, rerun.stderr
@@ -163,9 +166,10 @@ def test_kill_after_registering_keeps_the_import_and_cleans_its_journal(project:
 def test_kill_during_the_build_of_an_import_then_the_rerun_succeeds(project: Path, point: str) -> None:
     args = ("kg", "import", str(SOLAR_TRIPLES), "--name", "moons")
     kill_at(project, point, *args)
-    if point == "kg_written":  # killed inside the atomic write of artifacts/kg/moons: its temp folder names us
-        temps = list((project / "artifacts" / "kg").glob(".moons.tmp-*"))
+    if point == "kg_written":  # killed inside the atomic write of the staged KG: its temp folder names us
+        temps = list((project / "artifacts").glob(".moons.tmp-*/kg/.moons.tmp-*"))
         assert len(temps) == 1 and Owner.model_validate_json((temps[0] / OWNER_FILE).read_text()).alive() is False
+        assert not (project / "artifacts" / "kg" / "moons").exists()  # never where readers look
     rerun = omne(project, *args)
     assert rerun.returncode == 0, rerun.stderr
     assert "built moons: 28 entities, 33 relations, 28 vectors" in rerun.stdout
@@ -186,6 +190,65 @@ def test_kill_during_a_replace_puts_the_previous_domain_back(project: Path, tmp_
     assert (project / "kg_assets" / "solar" / "triples.csv").read_bytes() == before
     assert registered(project)["solar"] == registry_before
     assert leftovers(project) == []
+
+
+def kg_stats(project: Path, name: str = "solar") -> dict:
+    result = omne(project, "kg", "stats", name, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("point", ["built", "swapped", "registering"])
+def test_a_replace_killed_before_its_commit_never_reaches_readers(project: Path, tmp_path: Path, point: str) -> None:
+    """Killed after building the new KG (staged: never where readers look) or while swapping it in (the first
+    reader replays the journal): `kg stats` and the tool server see the previous domain, whose source the
+    registry names, and nothing is left over."""
+    assert omne(project, "kg", "build", "-d", "solar").returncode == 0
+    before, registry_before = kg_stats(project), registered(project)["solar"]
+    source = project / registry_before["source"]["path"]
+    other = sparse_graphml(tmp_path / "other.graphml")  # 60 entities, where solar has 28
+    kill_at(project, point, "kg", "import", str(other), "--name", "solar", "--replace")
+    assert registered(project)["solar"] == registry_before
+    marker = project / "artifacts" / ".solar.import.json"
+    if point == "built":  # nothing swapped yet: the live folders are the previous domain's
+        assert source.is_file() and not marker.exists()
+        assert (project / "kg_assets" / ".solar.import.json").is_file()
+    else:  # killed with the new files in place: the first read puts the previous ones back
+        assert not source.exists() and marker.is_file()
+    # the tool server's own read path (KGToolbox -> DomainGraph -> read_kg), in this process
+    graph = KGToolbox(load_params(project / "params.yaml")).graph("solar")
+    assert graph.num_entities == before["entities"] == 28
+    assert source.is_file() and not marker.exists()
+    assert kg_stats(project) == before  # and the CLI's (which also removes a killed build's staging)
+    assert leftovers(project) == []
+    again = omne(project, "kg", "import", str(other), "--name", "solar", "--replace")
+    assert again.returncode == 0, again.stderr
+    assert kg_stats(project)["entities"] == 60 and leftovers(project) == []
+
+
+def test_a_running_tool_server_never_serves_a_replace_killed_at_its_swap(project: Path, tmp_path: Path) -> None:
+    from tests.tool_support import free_port, wait_for_health
+
+    assert omne(project, "kg", "build", "-d", "solar").returncode == 0
+    port = free_port()
+    server = subprocess.Popen(["omne", "tools", "serve", "--port", str(port)], cwd=project, env=cli_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(url, process=server)
+        call = {"call": 'get_tail_relations(entity="Io")', "graph_type": "solar"}
+        first = httpx.post(f"{url}/v1/tools/call", json=call, timeout=30).json()
+        assert first["ok"], first
+        kill_at(project, "swapped", "kg", "import", str(sparse_graphml(tmp_path / "other.graphml")),
+                "--name", "solar", "--replace")
+        time.sleep(1.5)  # past the server's reload check: the manifest on disk changed
+        for _ in range(3):
+            assert httpx.post(f"{url}/v1/tools/call", json=call, timeout=30).json() == first
+            time.sleep(1.1)
+        assert leftovers(project) == []
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_replace_swaps_the_source_and_keeps_the_folder_s_other_files(project: Path, tmp_path: Path) -> None:
@@ -329,3 +392,22 @@ def test_clean_leftovers_removes_dead_writers_and_keeps_live_or_young_ones(proje
     (previous / "manifest.json").write_text("{}")
     assert clean_leftovers(params, ["solar"]).restored == ["artifacts/kg/solar"]
     assert json.loads((kg / "solar" / "manifest.json").read_text()) == {}
+
+
+def test_the_importer_s_truncations_are_in_the_manifest_and_kg_stats(project: Path, tmp_path: Path) -> None:
+    triples = tmp_path / "long.csv"
+    triples.write_text("head,relation,tail\nHub,links,Spoke\n", encoding="utf-8")
+    entities = tmp_path / "long_entities.csv"
+    entities.write_text(f"name,type,description\nHub,node,{'x' * 12_000}\n", encoding="utf-8")
+    result = omne(project, "kg", "import", str(triples), "--name", "long", "--entities", str(entities))
+    assert result.returncode == 0, result.stderr
+    note = ("kg_assets/long/long_entities.csv: 1 entity description(s) longer than 10,000 characters truncated")
+    assert "warning: long: " in result.stderr and "long_entities.csv: 1 entity description(s)" in result.stderr
+    manifest = json.loads((project / "artifacts" / "kg" / "long" / "manifest.json").read_text(encoding="utf-8"))
+    notes = manifest["metadata"]["import_notes"]
+    assert len(notes) == 1 and notes[0].startswith(note), notes  # named as the registry names it, not the staging
+    assert kg_stats(project, "long")["import_notes"] == notes
+    text = omne(project, "kg", "stats", "long")
+    assert text.returncode == 0 and f"import_note          {notes[0]}" in text.stdout
+    assert omne(project, "kg", "build", "-d", "solar").returncode == 0
+    assert kg_stats(project)["import_notes"] == []  # solar: nothing cut

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent / "pipelines"
 
 # bottom to top; a top-level module is its own unit (pipelines/config.py -> "config"), a package is one unit
 LAYERS: list[set[str]] = [
-    {"errors", "crashsafe", "atomic", "domains", "config", "layout", "manifest", "lineage", "heap", "stage_process"},
+    {"errors", "crashsafe", "atomic", "domains", "config", "layout", "manifest", "lineage", "heap", "stage_process",
+     "params_doc"},
     {"llm"},
     {"text"},
     {"kg"},

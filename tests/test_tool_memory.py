@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import gc
 import random
-import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,23 +20,10 @@ from pipelines.agent.scope import Allowed, ResolvedScope, Scope, scope_ids, subg
 from pipelines.agent.server import CallRequest, EpisodeStore, create_app, run_request
 from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params, ToolParams
-from tests.tool_support import ServerThread, with_tools
+from tests.tool_support import ServerThread, traced_growth, with_tools
 
 CALL = 'get_tail_relations(entity="Io")'
 MiB = 1024 * 1024
-
-
-def traced(action: Callable[[], Any]) -> int:
-    """Bytes still allocated by Python (every thread) after ``action``, garbage collected."""
-    tracemalloc.start()
-    try:
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        action()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
 
 
 def fresh(text: str) -> str:
@@ -125,7 +111,7 @@ def test_the_episode_stores_bytes_are_what_its_episodes_hold(box: KGToolbox) -> 
                                   question=fresh(f"Which moon is number {i}?"))
             assert run_request(box, store, request).ok
 
-    held = traced(run)
+    held = traced_growth(run)
     assert len(store) == 300 and all(state.resolved is not None for state, _ in store._states.values())  # noqa: SLF001
     assert 0.8 < store.nbytes / held < 1.25, (store.nbytes, held)
 
@@ -143,7 +129,7 @@ def test_large_resolved_scopes_are_counted_at_their_size() -> None:
             state.resolved = ResolvedScope(graph="big", signature="v1", scope=scope, allowed=Allowed(ids=ids))
             store.settle(f"e{i}", state)
 
-    held = traced(run)
+    held = traced_growth(run)
     assert 0.8 < store.nbytes / held < 1.25, (store.nbytes, held)
     for i in range(200):
         assert store.drop(f"e{i}")
@@ -154,10 +140,10 @@ def test_the_query_and_phrase_caches_count_what_they_hold(box: KGToolbox) -> Non
     box._embed("warm the encoder up")  # noqa: SLF001
     graph = box.graph("solar")
     before = box._cache.nbytes  # noqa: SLF001
-    held = traced(lambda: [box._embed(fresh(f"what does moon number {i} orbit?")) for i in range(150)])  # noqa: SLF001
+    held = traced_growth(lambda: [box._embed(fresh(f"what does moon number {i} orbit?")) for i in range(150)])  # noqa: SLF001
     assert 0.8 < (box._cache.nbytes - before) / held < 1.25, (box._cache.nbytes - before, held)  # noqa: SLF001
     before = box._cache.nbytes  # noqa: SLF001
-    held = traced(lambda: [box._phrase_vectors(graph, e) for e in range(graph.num_entities)])  # noqa: SLF001
+    held = traced_growth(lambda: [box._phrase_vectors(graph, e) for e in range(graph.num_entities)])  # noqa: SLF001
     assert 0.8 < (box._cache.nbytes - before) / held < 1.25, (box._cache.nbytes - before, held)  # noqa: SLF001
 
 
@@ -204,7 +190,7 @@ def test_ended_episodes_leave_nothing_behind(served: tuple, box: KGToolbox) -> N
             assert client.delete(f"/v1/episodes/{tag}{i}").json() == {"dropped": True}
 
     open_and_end("warm", 20)
-    grown = traced(lambda: open_and_end("ended", 200))  # ~10 KB each while it lives
+    grown = traced_growth(lambda: open_and_end("ended", 200))  # ~10 KB each while it lives
     assert grown < 300_000, grown
     assert len(app.state.episodes) == 0 and app.state.episodes.nbytes == 0
     assert len(box._scopes) == 0  # noqa: SLF001
@@ -220,6 +206,6 @@ def test_live_episodes_are_counted_at_what_they_hold(served: tuple, box: KGToolb
             body = {"call": CALL, "graph_type": "solar", "episode_id": f"kept{i}", "scope": scope}
             assert client.post("/v1/tools/call", json=body).json()["ok"]
 
-    held = traced(open_many)
+    held = traced_growth(open_many)
     counted = app.state.episodes.nbytes
     assert len(app.state.episodes) == 200 and 0.7 < counted / held < 1.3, (counted, held)

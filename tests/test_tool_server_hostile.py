@@ -4,12 +4,10 @@ typed errors for bad request fields, no absolute server path in an error."""
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 import time
-import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +23,7 @@ from pipelines.config import Params, ToolParams, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from tests.conftest import TINY_REGISTRY, make_project
-from tests.tool_support import ServerThread, with_tools
+from tests.tool_support import ServerThread, traced_growth, with_tools
 
 CALL = 'get_tail_relations(entity="Io")'
 JSON = {"content-type": "application/json"}
@@ -43,19 +41,6 @@ def dumped(result: ToolResult) -> dict:
 def seeds(tag: str, count: int, chars: int) -> list[str]:
     """``count`` distinct seed names of ``chars`` characters (none in the KG: only their size matters)."""
     return [f"{tag}-{i}-".ljust(chars, "x") for i in range(count)]
-
-
-def traced_growth(action: Callable[[], None]) -> int:
-    """Bytes still allocated (every thread, server included) after ``action``, garbage collected."""
-    tracemalloc.start()
-    try:
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        action()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ from pipelines.agent.server import TokenError, bearer_bytes, create_app
 from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params
 from tests.conftest import cli_env
-from tests.tool_support import ServerThread, free_port
+from tests.tool_support import ServerThread, free_port, token_server_fixture
 
 TOKEN = "sécret-tøken"
 CALL = 'get_tail_relations(entity="Io")'
@@ -29,10 +28,7 @@ def omne(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["omne", *args], cwd=cwd, env=cli_env(**env), capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def guarded(toolbox: KGToolbox) -> Iterator[str]:
-    with ServerThread(create_app(toolbox, token=TOKEN)) as running:
-        yield running.url
+guarded = token_server_fixture("guarded", TOKEN)
 
 
 def test_the_http_client_sends_a_non_ascii_token(guarded: str) -> None:

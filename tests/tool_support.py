@@ -1,19 +1,27 @@
-"""Helpers shared by the KG tool tests: a built solar project, free ports, an in-thread uvicorn server."""
+"""Helpers shared by the KG tool tests: a built solar project, free ports, an in-thread uvicorn server (as
+`omne tools serve` runs it, or with a token), and a measure of the memory an action keeps."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import time
+import tracemalloc
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.llm.scripted import UvicornThread, free_port  # noqa: F401 - free_port is used by the tool tests
 from tests.conftest import make_project
+
+if TYPE_CHECKING:
+    from pipelines.agent.tools import KGToolbox
 
 
 def build_solar_project(root: Path, profile: str | None = None) -> Params:
@@ -55,3 +63,37 @@ class ServerThread(UvicornThread):
         super().__enter__()
         wait_for_health(self.url)
         return self
+
+
+def served_app(toolbox: KGToolbox, **options: Any) -> Any:
+    """The tool server's app as `omne tools serve` runs it: ``create_app`` (``options``: token, max_body_bytes) with
+    each result's text capped at the toolbox's tools.max_result_bytes."""
+    from pipelines.agent.output import with_result_cap
+    from pipelines.agent.server import create_app
+
+    return with_result_cap(create_app(toolbox, **options), toolbox.tool_params.max_result_bytes)
+
+
+def token_server_fixture(name: str, token: str) -> Any:
+    """A module fixture called ``name``: the module's ``toolbox`` served on 127.0.0.1 requiring ``token``; its URL."""
+
+    @pytest.fixture(scope="module", name=name)
+    def running(toolbox: KGToolbox) -> Iterator[str]:
+        with ServerThread(served_app(toolbox, token=token)) as server:
+            yield server.url
+
+    return running
+
+
+def traced_growth(action: Callable[[], Any]) -> int:
+    """Bytes still allocated by Python (every thread, an in-thread server's included) after ``action``, garbage
+    collected (tracemalloc's measure)."""
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        action()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()

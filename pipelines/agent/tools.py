@@ -45,6 +45,7 @@ from pipelines.agent.calls import (
 from pipelines.agent.fields import checked_scope, field_error
 from pipelines.agent.kg_view import DomainGraph, manifest_signature
 from pipelines.agent.lru import ByteLRU
+from pipelines.agent.output import cap_text
 from pipelines.agent.scope import Allowed, ResolvedScope, Scope, scope_ids, scope_nbytes
 from pipelines.config import Params
 from pipelines.domains import load_registry
@@ -399,7 +400,8 @@ class KGToolbox:
         if isinstance(outcome, ToolError):
             return ToolResult(name=call.name, arguments=call.arguments, ok=False, error_type=outcome.type,
                               content=self.public(outcome.render()), graph_type=target)
-        return ToolResult(name=call.name, arguments=call.arguments, ok=True, content=outcome, graph_type=target)
+        content = cap_text(outcome, self.tool_params.max_result_bytes)  # a hub's relations, a huge description
+        return ToolResult(name=call.name, arguments=call.arguments, ok=True, content=content, graph_type=target)
 
     def _run(self, call: ToolCall, target: str | None, episode: EpisodeState) -> str | ToolError:
         if target is None:

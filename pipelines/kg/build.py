@@ -8,6 +8,7 @@ reruns); every write goes to a temporary folder that replaces the artifact only 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.atomic import atomic_directory
@@ -33,6 +34,7 @@ from pipelines.manifest import (
     BuildResult,
     manifest_inputs,
     new_manifest,
+    relative_path,
     sha256_files,
     up_to_date,
     write_manifest,
@@ -42,16 +44,22 @@ if TYPE_CHECKING:
     from pipelines.llm.base import ChatClient
 
 log = logging.getLogger(__name__)
+MAX_NOTES_KEPT = 20  # importer notes a KG manifest keeps (one per file and field: a handful in practice)
 
 
 def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False,
-                          client: ChatClient | None = None) -> BuildResult:
+                          client: ChatClient | None = None, source_root: Path | None = None,
+                          folder: Path | None = None) -> BuildResult:
     """Import a domain's source, merge entities, write parquet + manifest (with graph statistics).
 
     A ``text`` source is extracted by an LLM: ``client``, or the one ``params.llm`` describes. Its
-    model, prompts and chunking are manifest params, so changing any of them rebuilds the KG.
+    model, prompts and chunking are manifest params, so changing any of them rebuilds the KG. The
+    importer's notes (over-long descriptions, types, labels truncated) go in the manifest (``import_notes``).
+
+    An import builds a staged copy: the source under ``source_root`` (same relative paths as under the
+    project root), the KG into ``folder``; the manifest reads as if built in place.
     """
-    root, folder = params.root, kg_dir(params.artifacts_dir, domain.name)
+    root, folder = source_root or params.root, folder or kg_dir(params.artifacts_dir, domain.name)
     files = domain.source.files(root)
     for path in files:
         if not path.exists():
@@ -84,6 +92,8 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
     finally:
         if owned is not None and callable(close := getattr(owned, "close", None)):
             close()  # the disk cache behind the client we built
+    if raw.notes:  # paths relative to the (possibly staged) root, as the registry names them
+        metadata["import_notes"] = [note.replace(f"{root}/", "") for note in raw.notes[:MAX_NOTES_KEPT]]
     kg = assemble_graph(raw, directed=domain.source.is_directed)
     stats = graph_stats(kg, params.seeds)
     with atomic_directory(folder) as tmp, owned_folder(tmp):  # a killed build's temp folder names its pid
@@ -99,11 +109,14 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
     return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=False)
 
 
-def build_entity_index(domain: str, params: Params, *, force: bool = False,
-                       encoder: Encoder | None = None) -> BuildResult:
-    """Embed every entity of a built KG and write the LanceDB table + manifest."""
-    source, folder = kg_dir(params.artifacts_dir, domain), index_dir(params.artifacts_dir, domain)
-    inputs = manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)")
+def build_entity_index(domain: str, params: Params, *, force: bool = False, encoder: Encoder | None = None,
+                       source: Path | None = None, folder: Path | None = None) -> BuildResult:
+    """Embed every entity of a built KG and write the LanceDB table + manifest (``source``, ``folder``: an
+    import's staged KG and index; the manifest names the KG's place, as if built there)."""
+    final = kg_dir(params.artifacts_dir, domain)
+    source, folder = source or final, folder or index_dir(params.artifacts_dir, domain)
+    inputs = {relative_path(final / Path(name).name, params.root): sha for name, sha in
+              manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)").items()}
     shaping = {"profile": params.profile, **params.index.model_dump(include={"encoder", "text", "ann_min_rows"})}
     if not force and (manifest := up_to_date(folder, inputs, shaping)):
         log.info("entity_index[%s] is up to date", domain)

@@ -531,8 +531,18 @@ def extract_graph(spec: SourceSpec, root: Path, client: ChatClient, *, progress:
     chunks = read_chunks(spec, root)
     requests = [ChatRequest(messages=extraction_messages(c.text, spec.extract_format, entity_types),
                             temperature=0.0, max_tokens=max_tokens, tag=EXTRACT_TAG) for c in chunks]
-    results = client.complete_many(requests, progress=progress, desc=f"extract {Path(spec.path).name}")
     parse = parse_lightrag_records if spec.extract_format == "lightrag" else parse_triple_lines
+    parsed: dict[int, tuple[ChatReply, Parsed]] = {}  # the verdict's parse, reused below
+
+    def vet(index: int, reply: ChatReply) -> bool:
+        """A cache keeps only a reply with records that was not cut at max_tokens (``OnReply``): a garbage or cut
+        one is asked again next run, never replayed."""
+        found = parse(reply.text, chunks[index].origin)
+        parsed[index] = (reply, found)
+        return reply.finish_reason != "length" and bool(found[0] or found[1])
+
+    results = client.complete_many(requests, progress=progress, desc=f"extract {Path(spec.path).name}",
+                                   on_reply=vet)
 
     files = len({c.source for c in chunks})
     summary = ExtractionSummary(format=spec.extract_format, model=client.model, files=files, chunks=len(chunks))
@@ -540,7 +550,7 @@ def extract_graph(spec: SourceSpec, root: Path, client: ChatClient, *, progress:
     relation_rows: list[dict] = []
     problems: list[str] = []
     errors: list[tuple[Chunk, LLMError]] = []
-    for chunk, result in zip(chunks, results, strict=True):
+    for index, (chunk, result) in enumerate(zip(chunks, results, strict=True)):
         if not isinstance(result, ChatReply):
             errors.append((chunk, result if isinstance(result, LLMError) else LLMError(str(result))))
             continue
@@ -551,7 +561,9 @@ def extract_graph(spec: SourceSpec, root: Path, client: ChatClient, *, progress:
         if result.finish_reason == "length":
             summary.truncated_replies += 1
             problems.append(f"{chunk.origin}: reply cut at max_tokens={max_tokens}; records after the cut are lost")
-        entities, relations, found = parse(result.text, chunk.origin)
+        seen = parsed.get(index)
+        entities, relations, found = seen[1] if seen is not None and seen[0] is result else parse(result.text,
+                                                                                                  chunk.origin)
         problems.extend(found)
         summary.entity_records += len(entities)
         summary.relation_records += len(relations)

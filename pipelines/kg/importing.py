@@ -1,11 +1,13 @@
 """Importing a domain as one transaction, building domains one by one, and cleaning killed runs' leftovers.
 
-An import validates the user's file, copies it into a temporary folder that is renamed into
-``kg_assets/<name>/`` whole, builds the KG and its index, and registers the domain last: the registry
+An import validates the user's file, copies it into a staging folder, builds the KG and its index into
+staging folders too, then swaps them all into place (``kg_assets/<name>/``, ``artifacts/{kg,index}/<name>/``)
+and registers the domain last: until that commit readers see the previous domain whole, and the registry
 never names a domain whose files or artifacts are half there. Any failure, Ctrl-C or SIGTERM rolls
 everything back; a SIGKILL leaves a journal (``kg_assets/.<name>.import.json``) that the next import or
-build replays. Every step on a domain holds that domain's lock (``artifacts/.locks/<name>.lock``), so a
-leftover found under the lock belongs to a dead process and can be removed without guessing.
+build replays; one killed during the swap also leaves a marker by which the next read of that KG replays it
+(pipelines.kg.journal). Every step on a domain holds that domain's lock (``artifacts/.locks/<name>.lock``), so
+a leftover found under the lock belongs to a dead process and can be removed without guessing.
 
 The KG checks (pipelines.kg.checks, the same functions and thresholds as Dagster's asset checks) run
 after each build: a failed blocking check is an error, a failed non-blocking one a warning that
@@ -27,16 +29,35 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from pipelines.atomic import atomic_write_text
 from pipelines.config import Params
-from pipelines.crashsafe import LockBusyError, file_lock, pause_point, read_owner
+from pipelines.crashsafe import pause_point, read_owner
 from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name, load_registry
 from pipelines.errors import KGSourceError, RegistryError
 from pipelines.kg.checks import CheckOutcome, failed_checks, outcome_summary, run_kg_checks, self_retrieval_outcome
+from pipelines.kg.journal import (
+    ASSETS_DIR,
+    JOURNAL_SUFFIX,
+    Journal,
+    Leftovers,
+    Places,
+    _committed,
+    _finish,
+    _Move,
+    _read_registry,
+    _recover_journal,
+    _rel,
+    _remove,
+    _undo,
+    assets_dir,
+    domain_lock,
+    journal_path,
+    marker_path,
+)
 from pipelines.kg.store import read_kg
-from pipelines.layout import index_dir, kg_dir, lock_file
+from pipelines.layout import index_dir, kg_dir
 
 if TYPE_CHECKING:
     from pipelines.kg.embed import Encoder
@@ -44,15 +65,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ASSETS_DIR = "kg_assets"  # where imported sources live, one folder per domain
 RESERVED_NAMES = frozenset({"exporters"})  # kg_assets/exporters/ holds the scripts that write the shipped domains
 FORMATS: dict[str, str] = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir",
                            "text": "text"}
 ImportFormat = Literal["triples", "graphml", "lightrag-dir", "text"]
-DOMAIN_LOCK_WAIT_S = 10.0  # another import/build of the same domain: wait this long, then say who holds it
 STALE_AFTER_S = 600.0  # a temporary folder with no owner marker, untouched this long, is a leftover
 COPY_CHUNK = 1 << 20
-JOURNAL_SUFFIX = ".import.json"
 LEFTOVER = re.compile(r"^\.(?P<name>[a-z0-9_]+)\.(?P<kind>tmp|old|bak)-[0-9a-f-]+$")
 
 
@@ -61,138 +79,6 @@ class QualityError(KGSourceError):
 
 
 # --------------------------------------------------------------------------------------------- leftovers
-
-
-class Leftovers(BaseModel):
-    """What a run found of killed runs: removed, put back, or left alone (with why)."""
-
-    removed: list[str] = []
-    restored: list[str] = []
-    kept: list[str] = []
-
-    def merge(self, other: Leftovers) -> Leftovers:
-        return Leftovers(removed=self.removed + other.removed, restored=self.restored + other.restored,
-                         kept=self.kept + other.kept)
-
-    def lines(self) -> list[str]:
-        return ([f"removed leftover of a killed run: {p}" for p in self.removed]
-                + [f"put back after a killed run: {p}" for p in self.restored]
-                + [f"left alone: {p}" for p in self.kept])
-
-
-class _Move(BaseModel):
-    """A path the transaction replaces, and where its previous content waits until the commit."""
-
-    target: str  # relative to the project root
-    backup: str
-    existed: bool
-
-
-class Journal(BaseModel):
-    """The plan of an import, written before its first change: what a later run needs to undo or finish it."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    pid: int
-    started: float
-    staging: str
-    moves: list[_Move]
-    old_entry: dict[str, Any] | None
-    new_entry: dict[str, Any]
-    committed: bool = False
-
-
-def assets_dir(params: Params) -> Path:
-    return params.root / ASSETS_DIR
-
-
-def journal_path(params: Params, name: str) -> Path:
-    return assets_dir(params) / f".{name}{JOURNAL_SUFFIX}"
-
-
-def _rel(params: Params, path: Path) -> str:
-    try:
-        return path.relative_to(params.root).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-@contextmanager
-def domain_lock(params: Params, name: str, *, timeout_s: float | None = DOMAIN_LOCK_WAIT_S) -> Iterator[None]:
-    """One import or build of a domain at a time, across processes (a killed holder releases it)."""
-    path = lock_file(params.artifacts_dir, check_domain_name(name))
-    try:
-        with file_lock(path, timeout_s=timeout_s, what=f"domain {name!r}"):
-            yield
-    except LockBusyError as exc:
-        raise RegistryError(str(exc)) from None
-
-
-def _read_registry(params: Params) -> Registry:
-    return load_registry(params.registry_path) if params.registry_path.exists() else Registry()
-
-
-def _undo(params: Params, journal: Journal) -> Leftovers:
-    """Put every moved path back (newest first) and drop what the transaction created."""
-    restored, removed = [], []
-    for move in reversed(journal.moves):
-        target, backup = params.root / move.target, params.root / move.backup
-        if move.existed and backup.exists():
-            _remove(target)
-            os.rename(backup, target)
-            restored.append(move.target)
-        elif not move.existed and (target.exists() or target.is_symlink()):
-            _remove(target)
-            removed.append(move.target)
-    staging = params.root / journal.staging
-    if staging.exists():
-        _remove(staging)
-        removed.append(journal.staging)
-    return Leftovers(removed=removed, restored=restored)
-
-
-def _finish(params: Params, journal: Journal) -> None:
-    """After the commit: the previous content is no longer needed."""
-    for move in journal.moves:
-        _remove(params.root / move.backup)
-    _remove(params.root / journal.staging)
-
-
-def _committed(params: Params, journal: Journal) -> bool:
-    """Whether a killed import got as far as registering (the registry is the commit point)."""
-    if journal.committed:
-        return True
-    try:
-        entry = _read_registry(params).get(journal.name).model_dump(mode="json")
-    except RegistryError:
-        return False
-    return entry == journal.new_entry and entry != journal.old_entry
-
-
-def _recover_journal(params: Params, name: str) -> Leftovers:
-    path = journal_path(params, name)
-    if not path.is_file():
-        return Leftovers()
-    try:
-        journal = Journal.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValidationError) as exc:
-        return Leftovers(kept=[f"{_rel(params, path)} (unreadable import journal: {exc.__class__.__name__}; "
-                               "check kg_assets/ by hand, then delete it)"])
-    if _committed(params, journal):
-        found = Leftovers(removed=[m.backup for m in journal.moves if (params.root / m.backup).exists()])
-        _finish(params, journal)
-    else:
-        found = _undo(params, journal)
-    path.unlink(missing_ok=True)
-    log.info("replayed the import journal of %r (committed: %s)", name, journal.committed)
-    return found.merge(Leftovers(removed=[_rel(params, path)]))
 
 
 def _scan(folder: Path, name: str, depth: int) -> list[Path]:
@@ -207,6 +93,8 @@ def _scan(folder: Path, name: str, depth: int) -> list[Path]:
 def _clean_domain(params: Params, name: str) -> Leftovers:
     """Under ``name``'s lock: replay its journal, then remove temporary folders of dead writers."""
     found = _recover_journal(params, name)
+    if not journal_path(params, name).exists():  # a swap marker outliving its journal
+        marker_path(params.artifacts_dir, name).unlink(missing_ok=True)
     removed, restored, kept = [], [], []
     for path in _scan(assets_dir(params), name, 0):  # only imports write here, and they hold the lock
         _remove(path)
@@ -295,13 +183,14 @@ def _sort(outcomes: list[CheckOutcome], strict: bool, *, blocking_is_error: bool
     return quality
 
 
-def kg_quality(params: Params, domain: str, *, strict: bool = False) -> Quality:
-    """Run the KG checks (KG_CHECKS, thresholds from params ``checks``, as Dagster's asset checks) on a built KG.
+def kg_quality(params: Params, domain: str, *, strict: bool = False, folder: Path | None = None) -> Quality:
+    """Run the KG checks (KG_CHECKS, thresholds from params ``checks``, as Dagster's asset checks) on a built KG
+    (``folder``: a staged build of it).
 
     A failed blocking check is an error (Dagster stops downstream work on it too); the others are
     warnings, errors under ``strict``.
     """
-    return _sort(run_kg_checks(read_kg(kg_dir(params.artifacts_dir, domain)), params.checks), strict)
+    return _sort(run_kg_checks(read_kg(folder or kg_dir(params.artifacts_dir, domain)), params.checks), strict)
 
 
 def index_quality(params: Params, index_metadata: dict[str, Any], *, strict: bool = False) -> Quality:
@@ -454,7 +343,8 @@ def import_domain(request: ImportRequest, params: Params, *, client: ChatClient 
         check_name_free(params, name, registry, replace=request.replace)
         target = assets_dir(params) / name
         token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        staging = assets_dir(params) / f".{name}.tmp-{token}"
+        staging = assets_dir(params) / f".{name}.tmp-{token}"  # the project root as the build sees it
+        staged_artifacts = params.artifacts_dir / f".{name}.tmp-{token}" if request.build else None
         names = [p.name for p in files]
         if len(names) == 2 and names[0] == names[1]:  # a triples file and an entity table of the same name
             names[1] = f"entities_{names[1]}"
@@ -463,25 +353,39 @@ def import_domain(request: ImportRequest, params: Params, *, client: ChatClient 
         domain = Domain(name=name, description=request.description, source=source)
         moved = [target] + ([kg_dir(params.artifacts_dir, name), index_dir(params.artifacts_dir, name)]
                             if request.build else [])
+        # staged copies, swapped into ``moved`` at the commit: the source under staging/kg_assets/<name>/ (so the
+        # build reads it under the same relative path), the artifacts under artifacts/.<name>.tmp-<token>/
+        swaps = [staging / ASSETS_DIR / name] + ([kg_dir(staged_artifacts, name), index_dir(staged_artifacts, name)]
+                                                 if staged_artifacts is not None else [])
+        marker = marker_path(params.artifacts_dir, name)
         journal = Journal(
             name=name, pid=os.getpid(), started=time.time(), staging=_rel(params, staging),
             moves=[_Move(target=_rel(params, p), backup=_rel(params, p.parent / f".{name}.bak-{token}"),
                          existed=p.exists()) for p in moved],
             old_entry=registry.get(name).model_dump(mode="json") if name in registry.names else None,
-            new_entry=domain.model_dump(mode="json"))
+            new_entry=domain.model_dump(mode="json"),
+            staged=[_rel(params, staged_artifacts)] if staged_artifacts is not None else [],
+            marker=_rel(params, marker))
         result = ImportResult(domain=domain, leftovers=leftovers, warnings=notes)
         try:
             with _signals_roll_back():
                 atomic_write_text(journal_path(params, name), journal.model_dump_json(indent=2))
-                _stage(files, names, staging, _kept_beside(params, registry, name, target))
+                _stage(files, names, swaps[0], _kept_beside(params, registry, name, target))
                 pause_point("copied")
+                if staged_artifacts is not None:  # readers still see the previous domain, whole
+                    _build(domain, params, request.strict, result, client=client, encoder=encoder,
+                           source_root=staging, artifacts=staged_artifacts)
+                atomic_write_text(marker, Places(root=root, registry_path=params.registry_path,
+                                                 artifacts_dir=params.artifacts_dir).model_dump_json())
                 for move in journal.moves:  # the previous content waits beside its place until the commit
                     if move.existed:
                         os.replace(root / move.target, root / move.backup)
-                os.rename(staging, target)
+                for staged, move in zip(swaps, journal.moves, strict=True):
+                    (root / move.target).parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(staged, root / move.target)
+                for emptied in [staging, *([staged_artifacts] if staged_artifacts is not None else [])]:
+                    _remove(emptied)  # only the folders that held the swapped ones are left in them
                 pause_point("swapped")
-                if request.build:
-                    _build(domain, params, request.strict, result, client=client, encoder=encoder)
                 pause_point("registering")
                 add_domain(params.registry_path, domain, replace=request.replace)
         except BaseException as exc:
@@ -523,15 +427,20 @@ def _kept_beside(params: Params, registry: Registry, name: str, target: Path) ->
 
 
 def _build(domain: Domain, params: Params, strict: bool, result: ImportResult, *, client: ChatClient | None,
-           encoder: Encoder | None) -> None:
+           encoder: Encoder | None, source_root: Path, artifacts: Path) -> None:
+    """Build the KG and its index from the staged source (``source_root``: the project root as the build sees
+    it) into the staged ``artifacts`` folder, with manifests that name the places they are swapped into."""
     from pipelines.kg.build import build_entity_index, build_knowledge_graph
 
-    built = build_knowledge_graph(domain, params, force=True, client=client)
+    staged_kg = kg_dir(artifacts, domain.name)
+    built = build_knowledge_graph(domain, params, force=True, client=client, source_root=source_root,
+                                  folder=staged_kg)
     result.rows = dict(built.manifest.rows)
-    quality = kg_quality(params, domain.name, strict=strict)
+    quality = kg_quality(params, domain.name, strict=strict, folder=staged_kg)
     if quality.errors:
         raise _quality_error(domain.name, quality, strict)
-    index = build_entity_index(domain.name, params, force=True, encoder=encoder)
+    index = build_entity_index(domain.name, params, force=True, encoder=encoder, source=staged_kg,
+                               folder=index_dir(artifacts, domain.name))
     result.vectors = index.manifest.rows.get("entities")
     indexed = index_quality(params, index.manifest.metadata, strict=strict)
     if indexed.errors:

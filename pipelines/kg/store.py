@@ -23,6 +23,12 @@ def write_kg(kg: KnowledgeGraph, folder: Path) -> list[Path]:
 
 
 def read_kg(folder: Path) -> KnowledgeGraph:
+    """The KG built in ``folder`` (``artifacts/kg/<domain>``), after replaying an import of that domain killed
+    while it swapped its folders into place (pipelines.kg.importing.settle_killed_import): never a half-swapped
+    or uncommitted one."""
+    from pipelines.kg.journal import settle_killed_import  # (it imports no KG reader)
+
+    settle_killed_import(folder.parent.parent, folder.name)
     manifest = read_manifest(folder)
     if manifest is None or not (folder / ENTITIES_FILE).is_file():
         raise ArtifactMissingError(f"{folder}: no built knowledge graph here (run `omne kg build` first)")
