@@ -360,7 +360,6 @@ def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, nam
     import uvicorn
     from threadpoolctl import threadpool_limits
 
-    from pipelines.agent.output import with_result_cap
     from pipelines.agent.server import create_app
 
     # one thread each for query encoding (torch) and vector search (BLAS): with more, the two pools
@@ -373,8 +372,7 @@ def tools_serve(ctx: click.Context, host: str, port: int, token: str | None, nam
     loaded = toolbox.load_all()
     click.echo(f"serving {', '.join(loaded) or 'no built domain yet'} on http://{host}:{port} "
                f"({'token required' if token else 'no token'})")
-    app = with_result_cap(create_app(toolbox, token=token, max_body_bytes=max_body_bytes),
-                          toolbox.tool_params.max_result_bytes)  # each result's text within tools.max_result_bytes
+    app = create_app(toolbox, token=token, max_body_bytes=max_body_bytes)  # results within tools.max_result_bytes
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

@@ -169,7 +169,7 @@ class ToolParams(_Section):
     max_argument_chars: int = Field(1000, ge=1, description="A longer string argument is refused with a typed error.")
     max_call_chars: int = Field(4000, ge=1, description="A longer call text is refused before parsing.")
     max_result_bytes: int = Field(65_536, ge=256, description=(
-        "A tool result's text longer than this (UTF-8 bytes) is cut by the server, with a marker saying so."))
+        "A tool result's text longer than this (UTF-8 bytes) is cut by the toolbox, with a marker saying so."))
     cache_max_bytes: int = Field(33_554_432, ge=0, description=(
         "The toolbox's in-memory vectors (queries, relation phrases) in all, LRU (32 MiB: ~16,000 queries)."))
     scope_max_bytes: int = Field(16_384, ge=1, description=(

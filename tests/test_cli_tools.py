@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from pipelines.agent.tools import TOOL_SPECS, KGToolbox
 from pipelines.config import Params
 from tests.conftest import cli_env, make_project
 from tests.test_tools import JUPITER
-from tests.tool_support import free_port, token_server_fixture, wait_for_health
+from tests.tool_support import free_port, stop_served, token_server_fixture, wait_for_health
 
 TOKEN = "cli-token"
 
@@ -128,13 +127,7 @@ def test_serve_serves_the_built_domains_by_default(solar: Params, tmp_path: Path
         health = wait_for_health(f"http://127.0.0.1:{port}", timeout=60, process=process)
         assert health.json()["domains"] == ["solar"]
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
+        stop_served(process)
 
 
 # ----- tool results bounded in bytes (issue 50) -----------------------------------------------------
@@ -180,9 +173,4 @@ def test_serve_caps_each_tool_result_at_max_result_bytes(tmp_path: Path) -> None
         assert first["content"] == result["content"]
         assert second == {**second, "ok": True, "content": 'Tail relations for entity "Hub": links'}
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+        stop_served(process)

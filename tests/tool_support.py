@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import signal
 import subprocess
 import time
 import tracemalloc
@@ -65,13 +66,23 @@ class ServerThread(UvicornThread):
         return self
 
 
+def stop_served(process: subprocess.Popen) -> None:
+    """End an `omne tools serve` subprocess as a user would (SIGTERM), killed if it has not ended within 20 s."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+
+
 def served_app(toolbox: KGToolbox, **options: Any) -> Any:
-    """The tool server's app as `omne tools serve` runs it: ``create_app`` (``options``: token, max_body_bytes) with
-    each result's text capped at the toolbox's tools.max_result_bytes."""
-    from pipelines.agent.output import with_result_cap
+    """The tool server's app as `omne tools serve` runs it: ``create_app`` (``options``: token, max_body_bytes)."""
     from pipelines.agent.server import create_app
 
-    return with_result_cap(create_app(toolbox, **options), toolbox.tool_params.max_result_bytes)
+    return create_app(toolbox, **options)
 
 
 def token_server_fixture(name: str, token: str) -> Any:

@@ -350,8 +350,8 @@ class KGToolbox:
         error = refusal or parsed
         assert isinstance(error, ToolError)
         name, arguments = (parsed.name, parsed.arguments) if isinstance(parsed, ToolCall) else ("", {})
-        return ToolResult(name=name, arguments=arguments, ok=False, error_type=error.type, content=error.render(),
-                          graph_type=None if refusal else graph_type)
+        return ToolResult(name=name, arguments=arguments, ok=False, error_type=error.type,
+                          content=self._capped(error.render()), graph_type=None if refusal else graph_type)
 
     def request_error(self, graph_type: object, episode: EpisodeState | None) -> ToolError | None:
         """Why the request around a call cannot be served (None: it can); a dict scope becomes a Scope."""
@@ -399,9 +399,14 @@ class KGToolbox:
             target = None  # only a name can be echoed back (call() refuses the rest before this)
         if isinstance(outcome, ToolError):
             return ToolResult(name=call.name, arguments=call.arguments, ok=False, error_type=outcome.type,
-                              content=self.public(outcome.render()), graph_type=target)
-        content = cap_text(outcome, self.tool_params.max_result_bytes)  # a hub's relations, a huge description
-        return ToolResult(name=call.name, arguments=call.arguments, ok=True, content=content, graph_type=target)
+                              content=self._capped(self.public(outcome.render())), graph_type=target)
+        return ToolResult(name=call.name, arguments=call.arguments, ok=True, content=self._capped(outcome),
+                          graph_type=target)
+
+    def _capped(self, text: str) -> str:
+        """A result's text within tools.max_result_bytes (a hub's relations, a huge description): the one place the
+        bound is kept, for in-process callers and the tool server alike."""
+        return cap_text(text, self.tool_params.max_result_bytes)
 
     def _run(self, call: ToolCall, target: str | None, episode: EpisodeState) -> str | ToolError:
         if target is None:
