@@ -32,7 +32,7 @@ PARAMS_ENV = "OMNE_PARAMS"
 PROFILE_ENV = "OMNE_PROFILE"
 
 
-MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it bounds memory and never changes a result
+MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it never changes a result (memory, checkpoints)
 # the onnx backend's weights: fp32 (the transformers answers, to the float); int8 (8-bit weights in blocks of 32, the
 # matrix products in int8: answers differ where the fp32 ones are near-ties, docs/llm.md); int4 (4-bit weights:
 # faster still, but a 135M model's answers do not survive it)
@@ -405,6 +405,9 @@ class SFTParams(_Section):
         "Tokens per tile of the fused LM head: on a CPU ~9 float32 temporaries of tokens x 32,768 vocabulary "
         "columns (512: ~0.6 GB at the peak); `null`: TRL's 4096."))
     logging_steps: int = Field(1, ge=1, description="Optimizer steps between log lines.")
+    save_steps: int = Field(25, ge=0, json_schema_extra=MEMORY_ONLY, description=(
+        "Optimizer steps between resumable checkpoints (weights, optimizer, schedule, RNG): a killed SFT resumes "
+        "from the last one when rerun with the same inputs; `0`: none."))
     seed: int = Field(0, description="Training seed.")
 
     @field_validator("sweep_weights")

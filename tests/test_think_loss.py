@@ -443,6 +443,69 @@ def test_train_sft_lora_end_to_end(tiny_tied: Path, tmp_path: Path) -> None:
     assert train_sft([conversation(i) for i in range(8)], tiny_tied, out, params, force=False).skipped
 
 
+KILLED_SFT = """
+import json, sys
+from pipelines.config import SFTParams
+from pipelines.train.sft import train_sft
+conversations, params, base, out = json.loads(open(sys.argv[1]).read())
+train_sft(conversations, base, out, SFTParams(**params), progress=False)
+"""
+
+
+def test_a_killed_sft_resumes_from_its_last_checkpoint(tiny_tied: Path, tmp_path: Path) -> None:
+    """SIGKILL right after the step-2 checkpoint; the rerun trains steps 3-4 only and ends with the weights of an
+    uninterrupted run (optimizer, schedule, data order and RNG all restored)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    conversations = [conversation(i) for i in range(8)]
+    settings = {"max_steps": 4, "save_steps": 2, "learning_rate": 5e-3, "warmup_ratio": 0.0, "per_device_batch": 2,
+                "grad_accumulation": 1, "max_length": 512, "seed": 0}
+    params = SFTParams(**settings)
+    whole = train_sft(conversations, tiny_tied, tmp_path / "whole", params, progress=False)
+    assert whole.manifest.metadata["resumed_from_step"] is None
+    assert not list(tmp_path.glob(".whole.checkpoints-*"))  # a finished SFT leaves no checkpoint behind
+
+    out = tmp_path / "sft"
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps([conversations, settings, str(tiny_tied), str(out)]))
+    env = {**os.environ, "OMNE_PAUSE_AT": "sft_checkpoint_saved", "OMNE_PAUSE_S": "300"}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_SFT, str(job)], env=env, stderr=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        for line in proc.stderr:
+            if "paused at sft_checkpoint_saved" in line:
+                break
+        else:
+            pytest.fail(f"the SFT subprocess ended (rc {proc.wait()}) before saving a checkpoint")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert not out.exists()
+    (checkpoints,) = tmp_path.glob(".sft.checkpoints-*")
+    assert [p.name for p in checkpoints.glob("checkpoint-*")] == ["checkpoint-2"]
+
+    resumed = train_sft(conversations, tiny_tied, out, params, progress=False)
+    meta = resumed.manifest.metadata
+    assert meta["resumed_from_step"] == 2 and meta["steps"] == 4
+    assert not checkpoints.exists()
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [h["step"] for h in history if "loss" in h] == [1, 2, 3, 4]  # the killed run's log kept
+    expected, got = load_file(tmp_path / "whole" / "adapter_model.safetensors"), load_file(
+        out / "adapter_model.safetensors")
+    assert expected.keys() == got.keys()
+    assert all(torch.allclose(expected[k], got[k], atol=1e-6) for k in expected)
+    # a different setting does not resume from another run's checkpoints: they are dropped
+    stale = tmp_path / ".sft.checkpoints-0123456789abcdef"
+    (stale / "checkpoint-2").mkdir(parents=True)
+    train_sft(conversations, tiny_tied, out, SFTParams(**{**settings, "seed": 1}), progress=False)
+    assert not stale.exists()
+
+
 def test_train_sft_lora_on_the_last_blocks_only(tiny_tied: Path, tmp_path: Path) -> None:
     """sft.lora_layers: adapters in the last block only (of 2); the new token rows still learn (from the output side,
     the tied LM head), the adapter reloads, and the setting is part of the model's identity."""

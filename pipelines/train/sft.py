@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.agent.protocols import THINK_CLOSE, THINK_OPEN
 from pipelines.atomic import atomic_directory
+from pipelines.crashsafe import pause_point
 from pipelines.manifest import BuildResult, fingerprint, new_manifest, read_manifest, sha256_files, write_manifest
 from pipelines.train.precision import use_bf16
 
@@ -284,10 +285,13 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                   "base_model": model_identity(base_model_folder)}
     # the sweep's settings are not this model's; memory-only settings leave the model as it is
     shaping = params.result_settings(exclude={"sweep_weights", "sweep_max_steps"})
+    input_fingerprint = fingerprint(all_inputs, shaping)
     if not force:  # before importing the trainer (~4 s of torch, transformers and TRL): a rerun only checks this
         manifest = read_manifest(output_folder)
-        if manifest is not None and manifest.input_fingerprint == fingerprint(all_inputs, shaping):
+        if manifest is not None and manifest.input_fingerprint == input_fingerprint:
             return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
+    checkpoints = checkpoint_folder(output_folder, input_fingerprint)
+    drop_stale_checkpoints(output_folder, keep=None if force else checkpoints)  # force: start over
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -318,9 +322,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         cut_gradient_below(model, params.lora_layers)  # backward ends at the first adapted block
 
     with atomic_directory(output_folder) as tmp:
-        work = tmp / ".trainer"
         config = SFTConfig(
-            output_dir=str(work), seed=params.seed, data_seed=params.seed,
+            output_dir=str(checkpoints), seed=params.seed, data_seed=params.seed,
             num_train_epochs=params.epochs, max_steps=params.max_steps,
             per_device_train_batch_size=params.per_device_batch,
             gradient_accumulation_steps=params.grad_accumulation,
@@ -330,7 +333,10 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             # padding-free: TRL takes the conversations whole (overlong ones are dropped or cut below)
             max_length=None if params.padding_free else params.max_length, packing=False,
             padding_free=params.padding_free, assistant_only_loss=True,
-            logging_steps=params.logging_steps, save_strategy="no", report_to="none",
+            logging_steps=params.logging_steps, report_to="none",
+            # a resumable checkpoint (weights, optimizer, schedule, RNG) every save_steps; the last one only
+            save_strategy="steps" if params.save_steps else "no", save_steps=params.save_steps or None,
+            save_total_limit=1,
             disable_tqdm=not progress, dataloader_num_workers=0,
             dataloader_pin_memory=torch.cuda.is_available(),
             use_cpu=not torch.cuda.is_available(),  # transformers allows bf16 without a GPU only when told
@@ -339,6 +345,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                                           processing_class=tokenizer, peft_config=peft_config,
                                           think_weight=params.think_weight)
         trainer.add_callback(heap_trim_callback())  # the heap's freed holes back to the OS after every step
+        trainer.add_callback(checkpoint_pause_callback())
         if not progress:
             from transformers.trainer_callback import PrinterCallback
 
@@ -358,8 +365,11 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
         if len(prepared) == 0:
             raise ValueError(f"no SFT conversation fits max_length={params.max_length} (overlong=drop)")
         trainable_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        resume = last_checkpoint(checkpoints)
+        if resume is not None:
+            log.info("SFT resumes from %s (a killed run's last checkpoint)", resume)
         with fused_logprob_tokens(params.logprob_chunk_tokens), labelled_positions_only():
-            output = trainer.train()
+            output = trainer.train(resume_from_checkpoint=resume)
         history = list(trainer.state.log_history)
 
         if params.method == "lora":
@@ -370,7 +380,6 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             trainer.save_model(str(tmp))
         tokenizer.save_pretrained(tmp)
         trainer.state.save_to_json(str(tmp / "trainer_state.json"))
-        shutil.rmtree(work, ignore_errors=True)
         plot_loss_curve(history, tmp / "loss_curve.png",
                         title=f"SFT ({params.method}, think_weight={params.think_weight:g}, {params.mode})")
 
@@ -398,6 +407,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             "added_token_ids": sorted(new_tokens),
             "base_model": str(base_model_folder),
             "max_length_seen": max(lengths) if lengths else 0,
+            # tokens and runtime above count from here: the steps before it ran in a killed process
+            "resumed_from_step": checkpoint_step(resume) if resume is not None else None,
         }
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         manifest = new_manifest(
@@ -411,11 +422,56 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                   "trainable_parameters": trainable_params, "steps": int(trainer.state.global_step)},
             metadata=metrics)
         write_manifest(tmp, manifest)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the model is written: nothing left to resume
     del trainer, model
     release_memory()  # the next stage of the same process (make run) starts without this trainer and model
     log.info("SFT model written to %s (%s steps, final loss %s)", output_folder, metrics["steps"],
              metrics["final_loss"])
     return BuildResult(folder=output_folder, manifest=manifest)
+
+
+def checkpoint_folder(output_folder: Path, input_fingerprint: str) -> Path:
+    """Where the SFT of ``output_folder`` keeps its resumable checkpoints: beside it, outside the atomic temporary
+    folder (which a failed build removes), named by the inputs' fingerprint so that a run on other inputs or params
+    never resumes from it."""
+    return output_folder.parent / f".{output_folder.name}.checkpoints-{input_fingerprint[:16]}"
+
+
+def drop_stale_checkpoints(output_folder: Path, keep: Path | None) -> None:
+    """Remove the checkpoints of this output but ``keep``: those of other inputs or params can never resume."""
+    for stale in output_folder.parent.glob(f".{output_folder.name}.checkpoints-*"):
+        if stale != keep:
+            log.info("removing %s: checkpoints of other SFT inputs or params", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest complete ``checkpoint-<step>`` in ``folder`` (None: start from the base model).
+
+    A checkpoint whose trainer state is missing was cut off while being written, so it is skipped."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not folder.is_dir():
+        return None
+    complete = [p for p in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+                if p.name.rsplit("-", 1)[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    return str(max(complete, key=checkpoint_step)) if complete else None
+
+
+def checkpoint_step(checkpoint: Path | str) -> int:
+    return int(Path(checkpoint).name.rsplit("-", 1)[-1])
+
+
+def checkpoint_pause_callback() -> Any:
+    """A transformers ``TrainerCallback`` with the ``sft_checkpoint_saved`` pause point after each checkpoint is
+    saved: the tests kill a real SFT there and resume it."""
+    from transformers import TrainerCallback
+
+    class CheckpointSaved(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            pause_point("sft_checkpoint_saved")
+
+    return CheckpointSaved()
 
 
 def training_summary(manifest: Any) -> str:
