@@ -182,7 +182,7 @@ def run_bad_file_probe(count: int = 104) -> dict:
     """Import ``count`` broken files the way `omne kg import` validates them (in this process); every one must fail
     with one ``KGSourceError`` line naming the file (exit 2 at the CLI), never another exception (a traceback)."""
     from pipelines.errors import OmneError
-    from pipelines.kg.importing import ImportRequest, validate_source
+    from pipelines.kg.domain_import import ImportRequest, validate_source
 
     started = time.monotonic()
     tracebacks, multi_line, unnamed, imported, examples = 0, 0, 0, 0, {}

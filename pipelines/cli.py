@@ -154,7 +154,7 @@ def kg_build(ctx: click.Context, names: tuple[str, ...], force: bool, strict: bo
 
     A broken domain is reported (one line) and the others are built; the exit code is 2 if any failed.
     """
-    from pipelines.kg.importing import DomainBuild, build_domains
+    from pipelines.kg.domain_build import DomainBuild, build_domains
 
     failed: list[str] = []
     for item in build_domains(_params(ctx), list(names) or None, force=force, strict=strict):
@@ -215,7 +215,7 @@ def kg_import(ctx: click.Context, path: Path, name: str, fmt: str | None, entiti
     --format text takes a .txt/.md file or a folder of them; building extracts the KG with the LLM of
     params.yaml (llm:), as LightRAG does.
     """
-    from pipelines.kg.importing import ImportRequest, import_domain
+    from pipelines.kg.domain_import import ImportRequest, import_domain
 
     if entities and (fmt or "triples") != "triples":
         raise click.UsageError("--entities only applies to --format triples")
@@ -269,7 +269,7 @@ def kg_stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Statistics of a built KG: size, components, degree, seeds eligible for QA subgraphs, and what its import
     truncated (the manifest's import_notes)."""
     from pipelines.kg.build import knowledge_graph_stats
-    from pipelines.kg.importing import clean_leftovers
+    from pipelines.kg.leftovers import clean_leftovers
     from pipelines.layout import kg_dir
     from pipelines.manifest import read_manifest
 

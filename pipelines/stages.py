@@ -169,7 +169,7 @@ def _rl(stage: int, upstream: tuple[str, ...], comment: str) -> Stage:
 
 
 _STAGES: tuple[Stage, ...] = (
-    Stage(name="knowledge_graph", build="pipelines.kg.build:build_knowledge_graph", domain_arg="domain",
+    Stage(name="knowledge_graph", build="pipelines.kg.domain_build:build_domain_kg", domain_arg="domain",
           label="knowledge graphs", per_domain=True, params=("seeds", "llm.model"),
           output=_path(kg_dir(_HERE, DOMAIN)), cmd=f"omne kg build --domain {DOMAIN}",
           sources=(f"kg_assets/{DOMAIN}", "${item.source.path}"),

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from pipelines.domains import SourceSpec
 from pipelines.errors import KGSourceError
+from pipelines.kg.domain_import import ImportRequest, validate_source
 from pipelines.kg.importers import (
     MAX_DESCRIPTION_CHARS,
     MAX_LABEL_CHARS,
@@ -30,7 +31,6 @@ from pipelines.kg.importers import (
     read_lightrag_graphml,
     read_triples,
 )
-from pipelines.kg.importing import ImportRequest, validate_source
 from pipelines.kg.model import assemble_graph
 from tests.conftest import cli_env, make_project
 

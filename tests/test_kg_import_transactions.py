@@ -24,7 +24,7 @@ from pipelines.agent.tools import KGToolbox
 from pipelines.config import load_params
 from pipelines.crashsafe import OWNER_FILE, LockBusyError, Owner, file_lock
 from pipelines.domains import Domain, SourceSpec, add_domain, load_registry
-from pipelines.kg.importing import clean_leftovers, find_leftovers
+from pipelines.kg.leftovers import clean_leftovers, find_leftovers
 from tests.conftest import DATA, cli_env
 
 SOLAR_TRIPLES = DATA / "solar" / "triples.csv"
@@ -322,6 +322,41 @@ def test_a_broken_graph_warns_with_counts_and_strict_rolls_it_back(project: Path
     assert strict_build.returncode == 2
     assert "error: sparse: domain 'sparse': the KG failed 1 check(s)" in strict_build.stderr
     assert "solar: up to date" in strict_build.stdout
+
+
+def test_every_entry_point_s_kg_build_cleans_up_locks_and_gates(project: Path, tmp_path: Path) -> None:
+    """`omne run`, Dagster and the registry's other users build a KG through ``build_domain_kg``: it removes the
+    domain's dead leftovers first, waits for the domain's lock, and refuses a KG that fails its checks."""
+    import threading
+
+    from pipelines.kg.domain_build import build_domain_kg
+    from pipelines.kg.journal import domain_lock
+    from pipelines.kg.quality import QualityError
+    from pipelines.stages import STAGES
+
+    assert STAGES.get("knowledge_graph").function is build_domain_kg
+    folder = project / "kg_assets" / "sparse"
+    folder.mkdir()
+    sparse_graphml(folder / "g.graphml")
+    with (project / "kg_assets" / "domains.yaml").open("a", encoding="utf-8") as handle:
+        handle.write("  sparse:\n    source: {kind: lightrag_graphml, path: kg_assets/sparse/g.graphml}\n")
+    params = load_params(project / "params.yaml")
+    domain = load_registry(params.registry_path).get("sparse")
+    dead = params.artifacts_dir / "kg" / ".sparse.tmp-0000dead"
+    dead.mkdir(parents=True)
+    (dead / OWNER_FILE).write_text(Owner.current().model_copy(update={"started": 1.0}).model_dump_json())
+
+    with pytest.raises(QualityError, match="isolated_share: 56 of 60 entities"):  # a warning, an error when strict
+        build_domain_kg(domain, params, strict=True)
+    assert not dead.exists()
+
+    done = threading.Event()
+    with domain_lock(params, "sparse"):  # another process importing or building the domain
+        worker = threading.Thread(target=lambda: (build_domain_kg(domain, params), done.set()))
+        worker.start()
+        assert not done.wait(1.0)  # waits for the lock
+    worker.join(timeout=60)
+    assert done.is_set() and (params.artifacts_dir / "kg" / "sparse" / "manifest.json").is_file()
 
 
 def test_thresholds_come_from_params_checks(project: Path, tmp_path: Path) -> None:

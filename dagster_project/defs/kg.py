@@ -12,8 +12,9 @@ from dagster_project.defs.metadata import artifact_result
 from dagster_project.defs.partitions import domain_partitions
 from dagster_project.defs.resources import OmneResource
 from pipelines.domains import load_registry
-from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from pipelines.kg.build import build_entity_index
 from pipelines.kg.checks import INDEX_CHECKS, KG_CHECKS, check_self_retrieval, run_kg_checks, self_retrieval_outcome
+from pipelines.kg.domain_build import build_domain_kg
 from pipelines.kg.index import EntityIndex
 from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir
@@ -24,7 +25,7 @@ from pipelines.layout import kg_dir
 def knowledge_graph(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.MaterializeResult:
     """The domain's KG: entities and relations parquet merged from its source, with a manifest."""
     params = omne.params()
-    result = build_knowledge_graph(load_registry(params.registry_path).get(context.partition_key), params)
+    result = build_domain_kg(load_registry(params.registry_path).get(context.partition_key), params)
     stats = result.manifest.metadata["stats"]
     return artifact_result(result, {f"stat_{k}": v for k, v in stats.items()},
                            [asset_check_result(o) for o in run_kg_checks(read_kg(result.folder), params.checks)])

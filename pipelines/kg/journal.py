@@ -2,7 +2,7 @@
 
 An import writes its plan (``kg_assets/.<name>.import.json``) before its first change, and a marker
 (``artifacts/.<name>.import.json``, naming the project) just before it swaps its staged folders into place.
-The next import or build of the domain replays the journal (pipelines.kg.importing), and so does the next read
+The next import or build of the domain replays the journal (pipelines.kg.leftovers), and so does the next read
 of its KG while the marker exists (``settle_killed_import``, called by ``pipelines.kg.store.read_kg``): a
 reader never sees a half-swapped or uncommitted domain. This module imports no KG reader, so that
 ``read_kg`` can call it.

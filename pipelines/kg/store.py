@@ -24,7 +24,7 @@ def write_kg(kg: KnowledgeGraph, folder: Path) -> list[Path]:
 
 def read_kg(folder: Path) -> KnowledgeGraph:
     """The KG built in ``folder`` (``artifacts/kg/<domain>``), after replaying an import of that domain killed
-    while it swapped its folders into place (pipelines.kg.importing.settle_killed_import): never a half-swapped
+    while it swapped its folders into place (pipelines.kg.journal.settle_killed_import): never a half-swapped
     or uncommitted one."""
     from pipelines.kg.journal import settle_killed_import  # (it imports no KG reader)
 

@@ -1,4 +1,4 @@
-"""Importing a domain as one transaction, building domains one by one, and cleaning killed runs' leftovers.
+"""`omne kg import`: importing a user's graph or text as a domain, as one transaction.
 
 An import validates the user's file, copies it into a staging folder, builds the KG and its index into
 staging folders too, then swaps them all into place (``kg_assets/<name>/``, ``artifacts/{kg,index}/<name>/``)
@@ -7,18 +7,14 @@ never names a domain whose files or artifacts are half there. Any failure, Ctrl-
 everything back; a SIGKILL leaves a journal (``kg_assets/.<name>.import.json``) that the next import or
 build replays; one killed during the swap also leaves a marker by which the next read of that KG replays it
 (pipelines.kg.journal). Every step on a domain holds that domain's lock (``artifacts/.locks/<name>.lock``), so
-a leftover found under the lock belongs to a dead process and can be removed without guessing.
-
-The KG checks (pipelines.kg.checks, the same functions and thresholds as Dagster's asset checks) run
-after each build: a failed blocking check is an error, a failed non-blocking one a warning that
-``strict`` turns into an error.
+a leftover found under the lock belongs to a dead process and can be removed without guessing
+(pipelines.kg.leftovers). The staged KG passes the quality gate (pipelines.kg.quality) before the swap.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import signal
 import threading
@@ -27,19 +23,17 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from pipelines.atomic import atomic_write_text
 from pipelines.config import Params
-from pipelines.crashsafe import pause_point, read_owner
-from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name, load_registry
+from pipelines.crashsafe import pause_point
+from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name
 from pipelines.errors import KGSourceError, RegistryError
-from pipelines.kg.checks import CheckOutcome, failed_checks, outcome_summary, run_kg_checks, self_retrieval_outcome
 from pipelines.kg.journal import (
     ASSETS_DIR,
-    JOURNAL_SUFFIX,
     Journal,
     Leftovers,
     Places,
@@ -47,7 +41,6 @@ from pipelines.kg.journal import (
     _finish,
     _Move,
     _read_registry,
-    _recover_journal,
     _rel,
     _remove,
     _undo,
@@ -56,7 +49,8 @@ from pipelines.kg.journal import (
     journal_path,
     marker_path,
 )
-from pipelines.kg.store import read_kg
+from pipelines.kg.leftovers import clean_leftovers
+from pipelines.kg.quality import index_quality, kg_quality, quality_error
 from pipelines.layout import index_dir, kg_dir
 
 if TYPE_CHECKING:
@@ -69,146 +63,7 @@ RESERVED_NAMES = frozenset({"exporters"})  # kg_assets/exporters/ holds the scri
 FORMATS: dict[str, str] = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir",
                            "text": "text"}
 ImportFormat = Literal["triples", "graphml", "lightrag-dir", "text"]
-STALE_AFTER_S = 600.0  # a temporary folder with no owner marker, untouched this long, is a leftover
 COPY_CHUNK = 1 << 20
-LEFTOVER = re.compile(r"^\.(?P<name>[a-z0-9_]+)\.(?P<kind>tmp|old|bak)-[0-9a-f-]+$")
-
-
-class QualityError(KGSourceError):
-    """A built KG failed a blocking check, or a warning under ``strict``."""
-
-
-# --------------------------------------------------------------------------------------------- leftovers
-
-
-def _scan(folder: Path, name: str, depth: int) -> list[Path]:
-    """``.<name>.{tmp,old,bak}-*`` entries in ``folder`` and its subfolders down to ``depth`` levels."""
-    found = []
-    for level in range(depth + 1):
-        pattern = "/".join(["*"] * level + [f".{name}.*-*"])
-        found.extend(p for p in folder.glob(pattern) if (m := LEFTOVER.match(p.name)) and m["name"] == name)
-    return sorted(found)
-
-
-def _clean_domain(params: Params, name: str) -> Leftovers:
-    """Under ``name``'s lock: replay its journal, then remove temporary folders of dead writers."""
-    found = _recover_journal(params, name)
-    if not journal_path(params, name).exists():  # a swap marker outliving its journal
-        marker_path(params.artifacts_dir, name).unlink(missing_ok=True)
-    removed, restored, kept = [], [], []
-    for path in _scan(assets_dir(params), name, 0):  # only imports write here, and they hold the lock
-        _remove(path)
-        removed.append(_rel(params, path))
-    now = time.time()
-    for path in _scan(params.artifacts_dir, name, 2):
-        kind = LEFTOVER.match(path.name)["kind"]
-        final = path.parent / name
-        if kind == "old" and not final.exists():  # killed between the two renames of an atomic write
-            os.rename(path, final)
-            restored.append(_rel(params, final))
-            continue
-        if kind == "tmp":
-            owner = read_owner(path)
-            alive = owner.alive() if owner else None
-            if alive:
-                kept.append(f"{_rel(params, path)} (being written by pid {owner.pid})")
-                continue
-            try:
-                age = now - path.stat().st_mtime
-            except OSError:
-                continue
-            if alive is None and age < STALE_AFTER_S:
-                kept.append(f"{_rel(params, path)} (no owner recorded, modified {age:.0f} s ago: may be in use; "
-                            f"removed once older than {STALE_AFTER_S:.0f} s)")
-                continue
-        _remove(path)
-        removed.append(_rel(params, path))
-    return found.merge(Leftovers(removed=removed, restored=restored, kept=kept))
-
-
-def find_leftovers(params: Params) -> list[Path]:
-    """Every temporary folder, backup or journal of an import or build in kg_assets/ and artifacts/ (any
-    domain, live or dead): what a finished, unkilled project has none of."""
-    found: list[Path] = []
-    for folder, depth in ((assets_dir(params), 0), (params.artifacts_dir, 2)):
-        if folder.is_dir():
-            for level in range(depth + 1):
-                found.extend(p for p in folder.glob("/".join(["*"] * level + [".*"]))
-                             if LEFTOVER.match(p.name) or p.name.endswith(JOURNAL_SUFFIX))
-    return sorted(found)
-
-
-def clean_leftovers(params: Params, names: list[str] | None = None, *, held: str | None = None) -> Leftovers:
-    """Undo or finish killed imports and remove dead writers' temporary folders.
-
-    ``names``: the domains to look at (default: the registry's); domains with an import journal are
-    always included. A domain locked by a running omne process is skipped; ``held`` is the one whose
-    lock this process already holds.
-    """
-    wanted = list(names) if names is not None else _read_registry(params).names
-    assets = assets_dir(params)
-    journals = [p.name[1:-len(JOURNAL_SUFFIX)] for p in assets.glob(f".*{JOURNAL_SUFFIX}")] if assets.is_dir() else []
-    found = Leftovers()
-    for name in dict.fromkeys([*wanted, *journals]):
-        try:
-            check_domain_name(name)
-        except RegistryError:
-            continue
-        if name == held:
-            found = found.merge(_clean_domain(params, name))
-            continue
-        try:
-            with domain_lock(params, name, timeout_s=0):
-                found = found.merge(_clean_domain(params, name))
-        except RegistryError:  # busy: a live import or build owns what is there
-            continue
-    return found
-
-
-# --------------------------------------------------------------------------------------------- quality
-
-
-class Quality(BaseModel):
-    """Failed checks of one build, as the lines the CLI prints."""
-
-    warnings: list[str] = []
-    errors: list[str] = []
-
-
-def _sort(outcomes: list[CheckOutcome], strict: bool, *, blocking_is_error: bool = True) -> Quality:
-    quality = Quality()
-    for outcome in failed_checks(outcomes):
-        fatal = strict or (blocking_is_error and outcome.spec.blocking)
-        (quality.errors if fatal else quality.warnings).append(outcome_summary(outcome))
-    return quality
-
-
-def kg_quality(params: Params, domain: str, *, strict: bool = False, folder: Path | None = None) -> Quality:
-    """Run the KG checks (KG_CHECKS, thresholds from params ``checks``, as Dagster's asset checks) on a built KG
-    (``folder``: a staged build of it).
-
-    A failed blocking check is an error (Dagster stops downstream work on it too); the others are
-    warnings, errors under ``strict``.
-    """
-    return _sort(run_kg_checks(read_kg(folder or kg_dir(params.artifacts_dir, domain)), params.checks), strict)
-
-
-def index_quality(params: Params, index_metadata: dict[str, Any], *, strict: bool = False) -> Quality:
-    """The index's self-retrieval, as measured by its build: a warning (recall depends on the names, not
-    on a defect of the import), an error under ``strict``."""
-    if "self_retrieval" not in index_metadata:
-        return Quality()
-    return _sort([self_retrieval_outcome(index_metadata["self_retrieval"], params.index)], strict,
-                 blocking_is_error=False)
-
-
-def _quality_error(name: str, quality: Quality, strict: bool) -> QualityError:
-    why = " (--strict makes warnings errors)" if strict else ""
-    return QualityError(f"domain {name!r}: the KG failed {len(quality.errors)} check(s){why}: "
-                        + "; ".join(quality.errors))
-
-
-# --------------------------------------------------------------------------------------------- import
 
 
 class ImportRequest(BaseModel):
@@ -438,61 +293,12 @@ def _build(domain: Domain, params: Params, strict: bool, result: ImportResult, *
     result.rows = dict(built.manifest.rows)
     quality = kg_quality(params, domain.name, strict=strict, folder=staged_kg)
     if quality.errors:
-        raise _quality_error(domain.name, quality, strict)
+        raise quality_error(domain.name, quality, strict)
     index = build_entity_index(domain.name, params, force=True, encoder=encoder, source=staged_kg,
                                folder=index_dir(artifacts, domain.name))
     result.vectors = index.manifest.rows.get("entities")
     indexed = index_quality(params, index.manifest.metadata, strict=strict)
     if indexed.errors:
-        raise _quality_error(domain.name, indexed, strict)
+        raise quality_error(domain.name, indexed, strict)
     result.warnings = [*result.warnings, *quality.warnings, *indexed.warnings]
     pause_point("built")
-
-
-# --------------------------------------------------------------------------------------------- build
-
-
-class DomainBuild(BaseModel):
-    """One domain's line in `omne kg build`: built, up to date, or what is wrong with it."""
-
-    domain: str
-    ok: bool
-    skipped: bool = False
-    rows: dict[str, int] = {}
-    folder: Path | None = None
-    warnings: list[str] = []
-    error: str | None = None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or exc.__class__.__name__
-    return text if isinstance(exc, (ValueError, LookupError, OSError, RuntimeError)) else \
-        f"{exc.__class__.__name__}: {text}"
-
-
-def build_domains(params: Params, names: list[str] | None = None, *, force: bool = False, strict: bool = False,
-                  client: ChatClient | None = None) -> Iterator[DomainBuild | Leftovers]:
-    """Build each domain's KG in turn; a broken domain is reported and the next one built regardless.
-
-    Yields the leftovers cleaned first (killed imports and builds), then one ``DomainBuild`` per domain.
-    """
-    from pipelines.kg.build import build_knowledge_graph
-
-    registry = load_registry(params.registry_path)
-    domains = [registry.get(name) for name in names] if names else registry.domains
-    yield clean_leftovers(params, [d.name for d in domains])  # and killed imports of any name
-    registry = load_registry(params.registry_path)  # a replayed journal may have put an entry back
-    for domain in domains:
-        domain = registry.get(domain.name) if domain.name in registry.names else domain
-        try:
-            with domain_lock(params, domain.name):
-                result = build_knowledge_graph(domain, params, force=force, client=client)
-                quality = kg_quality(params, domain.name, strict=strict)
-        except Exception as exc:  # noqa: BLE001 - one broken domain must not hide the others
-            log.debug("building %s failed", domain.name, exc_info=True)
-            yield DomainBuild(domain=domain.name, ok=False, error=_one_line(exc))
-            continue
-        error = str(_quality_error(domain.name, quality, strict)) if quality.errors else None
-        yield DomainBuild(domain=domain.name, ok=error is None, skipped=result.skipped,
-                          rows=dict(result.manifest.rows), folder=result.folder, warnings=quality.warnings,
-                          error=error)
