@@ -49,7 +49,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 test: setup browser lint
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=20
 
 bench: setup
 	$(BIN)/omne run
