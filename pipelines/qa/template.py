@@ -71,7 +71,7 @@ def _sentence(text: str, *names: str) -> str:
     return text if any(n and text.startswith(n) for n in names) else text[:1].upper() + text[1:]
 
 
-WRITER_VERSION = 8  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
+WRITER_VERSION = 9  # in the QA pairs' fingerprint: a change of the forms rebuilds the template questions
 # (3: a question or sentence that starts with a lower-case name keeps it as written; 4: LightRAG/text graphs'
 # upper-case names written as their descriptions write them, per-edge statements cut after their second end, at
 # most 12 words, verbs in the singular, no possessive slot; 5: no quoted or bracketed slot; 6: a per-edge statement

@@ -389,6 +389,7 @@ def _reads_end_to_end(pattern: str) -> bool:
             and not _OUTSIDE_PRONOUNS & set(middle) and any(w not in STOPWORDS for w in middle))
 
 
+_POSSESSIVE_DETERMINERS = {"his", "her", "its", "their", "our", "my", "your"}
 _OBJECT_PARTICLES = {"up", "out", "off", "down", "against", "like", "than", "after", "before", "during", "around",
                      "across", "behind", "beyond", "without", "alongside", "per", "past", "near", "inside", "outside"}
 
@@ -402,9 +403,10 @@ _VERBS_OF = {"consist", "approve", "disapprove", "speak", "think", "dream", "dis
 def _starts_a_verb_group(middle: list[str]) -> bool:
     """Whether the words after a statement's first end start its verb group: a verb, a form of be or have, a modal
     or an adverb ("also", "frequently"), or a word that may be a verb in its base form ("CUBE TESTS check the
-    strength of …") unless a verb follows it, which makes it part of the subject: "POPLAR" found in "Poplar tree
-    symbolizes …" leaves "{head} tree symbolizes …", which the singular rule would turn into "Poplar trees
-    symbolizes"."""
+    strength of …") unless a verb follows it (past any adverb), which makes it part of the subject: "POPLAR" found in
+    "Poplar tree symbolizes …" leaves "{head} tree symbolizes …", which the singular rule would turn into "Poplar
+    trees symbolizes", and "The Workplace environment significantly impacts …" would become "Workplace environments
+    significantly impacts …"."""
     first, second = middle[0], middle[1] if len(middle) > 1 else ""
     if first in _OPEN_CLAUSE or first in ARTICLES | PREPOSITIONS or not first.replace("-", "").isalpha():
         return False  # "{head} 2.0 document is processed by": the rest of a longer name ("co-founded" is a verb)
@@ -413,7 +415,8 @@ def _starts_a_verb_group(middle: list[str]) -> bool:
         return False  # "The Kind property of the entity in …": a noun, which the question would make "properties"
     if _verb_form(first) or first in {"has", "have", "had"} or first in _NOT_VERBS or first.endswith("ly"):
         return True
-    return not _verb_form(second)
+    after = next((w for w in middle[1:] if w not in _NOT_VERBS and not w.endswith("ly")), "")
+    return not _verb_form(after)  # "{head} environment significantly impacts …": "environment" is the subject's
 
 
 def _verb_form(word: str) -> bool:
@@ -430,9 +433,10 @@ def _takes_an_object(word: str, before: str) -> bool:
     """Whether the word before a statement's second end can take that end as its object: a preposition or particle
     ("is a subcategory of", "looks up"), a form of be, or a verb ("supplies", "hired", "oversaw", "does not include",
     "asks to also code"). Not an adjective or
-    a noun ("talks about making strategic {tail}", "mentions the struggles {tail}": the question would end
-    "…making strategic?"), nor a word that opens a clause ("discusses how {tail}")."""
-    if word in _OPEN_CLAUSE:
+    a noun ("talks about making strategic {tail}": the question would end "…making strategic?"), nor a word after an
+    article or a possessive, which is a noun even where it could be a verb ("mentions the struggles {tail} has faced":
+    "A person mentions the struggles that organization"), nor a word that opens a clause ("discusses how {tail}")."""
+    if word in _OPEN_CLAUSE or before in ARTICLES | _POSSESSIVE_DETERMINERS:  # "the struggles": a noun, not a verb
         return False
     return (word in PREPOSITIONS or word in _OBJECT_PARTICLES or word in BE or base_verb(word) is not None
             or _is_past(word) or before in AUXILIARIES | MODALS | _NOT_VERBS | {"to"})  # "does not include"
