@@ -13,9 +13,15 @@ copes with names it did not train on.
 4. ``--ablate-phrases`` answers the same questions again with ``tools.unlabelled_relations: keywords``
    (node_info's LightRAG keyword lists instead of the phrases its descriptions say) and pairs the two runs
    (exact McNemar): what the phrases are worth on a graph nobody here made.
+5. ``--train-with`` trains a second SFT model with the graph: ``make run``'s SFT conversations plus those of the
+   graph's train split (``omne sft data`` in the throw-away project; its test questions are never trained on), the
+   params' SFT recipe and steps. It answers the same test questions and is paired with ``--model`` (exact McNemar):
+   transfer against a model trained with the graph (pass ``make run``'s SFT model as ``--model`` for SFT against
+   SFT). About 50 minutes of training on 2 cores.
 
     .venv/bin/python bench/unseen_graph.py                                  # kg_assets/<held-out graph>
     .venv/bin/python bench/unseen_graph.py --graph g.graphml --model artifacts/models/rl-stage3 --ablate-phrases
+    .venv/bin/python bench/unseen_graph.py --train-with --limit 20          # and a model trained with it
     .venv/bin/python bench/unseen_graph.py --toy                            # smoke: a rendered toy graph
 
 See docs/benchmarks.md ("An unseen LightRAG graph") for the results.
@@ -46,9 +52,10 @@ HELD_OUT = ROOT / "kg_assets" / "nist_csf_lightrag" / "graph.graphml"
 
 def parse_args(argv: list[str] | None) -> Any:
     parser = BenchParser("unseen_graph", description=__doc__, seeded=False, params=False,
-                         toy={"model": "base", "limit": 3, "ablate_phrases": True},
+                         toy={"model": "base", "limit": 3, "ablate_phrases": True, "train_with": True,
+                              "sft_steps": 2},
                          toy_note="a LightRAG rendering of a tiny triples graph, the tiny random llama, 3 + 3 "
-                                  "questions")
+                                  "questions, a 2-step SFT on the toy graph alone")
     parser.add_argument("--graph", type=Path, default=HELD_OUT, help="the unseen LightRAG GraphML file")
     parser.add_argument("--name", default=None, help="the domain name it gets (default: its folder's name)")
     parser.add_argument("--model", default=str(ROOT / "artifacts" / "models" / "sft"),
@@ -59,8 +66,38 @@ def parse_args(argv: list[str] | None) -> Any:
     parser.add_argument("--test-share", type=float, default=0.5, help="share of the unseen graph's pairs tested")
     parser.add_argument("--ablate-phrases", action="store_true",
                         help="also answer with tools.unlabelled_relations: keywords and pair the runs")
+    parser.add_argument("--train-with", action="store_true",
+                        help="also train an SFT model on make run's conversations plus the graph's train split and "
+                             "pair it with --model on the same questions (~50 min on 2 cores)")
+    parser.add_argument("--sft-steps", type=int, default=None,
+                        help="sft.max_steps of the --train-with model (default: params)")
     parser.add_argument("--keep", type=Path, default=None, help="build the project under this folder and keep it")
     return parser.parse_args(argv)
+
+
+def trained_with_graph(project: Path, main_project: Path | None, steps: int | None) -> Path:
+    """An SFT model trained as make run's, on its conversations (``main_project``'s; None: none, for the toy) plus
+    those of the graph's train split: the model folder."""
+    from pipelines.agent.models import BASE, resolve_model_folder
+    from pipelines.config import load_params
+    from pipelines.layout import model_dir
+    from pipelines.train.sft import train_sft
+    from pipelines.train.sft_data import read_sft_conversations
+
+    omne(project, "sft", "data")
+    params = load_params(project / "params.yaml")
+    main = []
+    if main_project is not None:
+        conversations = main_project / "artifacts" / "sft" / "conversations"
+        if not conversations.is_dir():
+            raise SystemExit(f"error: no SFT conversations at {conversations}: run `make run` first")
+        main = read_sft_conversations(load_params(main_project / "params.yaml"))
+    graph = read_sft_conversations(params)
+    sft = params.sft if steps is None else params.sft.model_copy(update={"max_steps": steps})
+    folder = model_dir(params.artifacts_dir, "trained_with")
+    print(f"training an SFT model on {len(main)} + {len(graph)} conversations (the graph's train split)", flush=True)
+    train_sft([*main, *graph], resolve_model_folder(BASE, params), folder, sft, progress=True)
+    return folder
 
 
 def toy_graph(folder: Path) -> Path:
@@ -164,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
             reports = project / "artifacts" / "reports"
             comparison = compare_reports(reports / "phrases", reports / "keywords")
             results["paired_phrases_keywords"] = comparison.model_dump(mode="json")
+        if args.train_with:
+            trained = trained_with_graph(project, None if args.toy else ROOT, args.sft_steps)
+            evaluation(project, str(trained), "trained_with", args.limit)
+            results["trained_with"] = behaviour(project, "trained_with")
+            reports = project / "artifacts" / "reports"
+            results["paired_trained_with"] = compare_reports(reports / "phrases", reports / "trained_with").model_dump(
+                mode="json")
         del phrased
     reference = None if args.toy else in_domain(args.report.resolve())
     results["in_domain"] = reference
@@ -180,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         lines += [*figures_line("keyword labels", results["keywords"]),
                   f"  paired on {pair['n']}: only phrases {pair['only_a']}, only keywords {pair['only_b']}, exact "
                   f"McNemar p = {pair['p_value']:.3g}"]
+    if "trained_with" in results:
+        pair = results["paired_trained_with"]["overall"]
+        lines += [*figures_line("trained with it", results["trained_with"]),
+                  f"  paired on {pair['n']}: only the model tested {pair['only_a']}, only trained with it "
+                  f"{pair['only_b']}, exact McNemar p = {pair['p_value']:.3g}"]
     if reference:
         low, high = wilson_interval(round(reference["one_hop_em"] * reference["one_hop_n"]), reference["one_hop_n"])
         lines.append(f"  in-domain (its report {Path(reference['report']).name}): EM {reference['em']:.3f} on "

@@ -295,7 +295,9 @@ def check_unseen_graph(results: dict[str, Any]) -> list[str]:
     assert 0 <= unseen["em_wilson95"][0] <= unseen["em"] <= unseen["em_wilson95"][1] <= 1
     assert set(unseen["behaviour"]) >= {"answer_from_tools_share", "missing_entity_call_share",
                                         "repeated_call_finish_share"}
-    return ["unseen.n", "keywords.n"]
+    trained = results["trained_with"]  # --train-with: an SFT on the toy graph's train split, the same questions
+    assert trained["n"] == unseen["n"] == results["paired_trained_with"]["overall"]["n"]
+    return ["unseen.n", "keywords.n", "trained_with.n"]
 
 
 def check_transfer(results: dict[str, Any]) -> list[str]:
