@@ -459,6 +459,8 @@ def qa_generate(ctx: click.Context, names: tuple[str, ...], generator: str | Non
         click.echo(f"{domain.name}: {'up to date' if result.skipped else 'generated'}: {stats['pairs_1_2']} 1/2-hop + "
                    f"{stats['pairs_3_plus']} 3+ pairs, acceptance {stats['acceptance_rate']:.0%}{cost} "
                    f"-> {result.folder}")
+        for bucket, why in stats.get("short", {}).items():  # the seeds ran out before the bucket was full
+            click.secho(f"{domain.name}: bucket {bucket} short: {why}", fg="yellow", err=True)
 
 
 @qa.command("gold")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -37,6 +37,7 @@ MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it never cha
 # matrix products in int8: answers differ where the fp32 ones are near-ties, docs/llm.md); int4 (4-bit weights:
 # faster still, but a 135M model's answers do not survive it)
 OnnxPrecision = Literal["fp32", "int8", "int4"]
+NameRules = Literal["strict", "paper"]  # how a question may name its path (qa.name_rules; pipelines/qa/validate.py)
 
 
 class _Section(BaseModel):
@@ -62,6 +63,7 @@ class DomainSelection(_Section):
         "filters\")."))
     exclude_domains: list[str] | None = Field(None, description=(
         "Domains left out of `domains` (`null`: none), e.g. `[medicine]` to hold it out; CLI `--exclude-domain`."))
+    _left_out_when_null: ClassVar[tuple[str, ...]] = ("domains", "exclude_domains")  # see _dump
 
     @field_validator("domains", "exclude_domains")
     @classmethod
@@ -86,7 +88,7 @@ class DomainSelection(_Section):
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        for name in ("domains", "exclude_domains"):
+        for name in self._left_out_when_null:
             if data.get(name, ...) is None:
                 data.pop(name)
         return data
@@ -127,13 +129,13 @@ class SeedParams(_Section):
 
 class ToolParams(_Section):
     entity_matcher_top_k: int = Field(3, ge=1, le=100, description=(
-        "Entities listed by `entity_matcher` (the Omne-R1 paper: 5)."))
+        "Entities listed by `entity_matcher` (the Omne-R1 paper's trace, Appendix A: 5)."))
     node_info_max_neighbors: int | None = Field(8, ge=1, description=(
         "`node_info` lists at most this many relations, then \"... N more\"; `null`: every one (the paper's)."))
     node_info_order: Literal["graph", "question"] = Field("question", description=(
         "Order of `node_info`'s relations: `question` (the labels closest to the episode's question first, a "
-        "relation back to an entity already listed last; docs/tools.md) or `graph` (by label, outgoing first: the "
-        "paper's tool)."))
+        "relation back to an entity already listed last; docs/tools.md) or `graph` (by label, outgoing first; the "
+        "Omne-R1 paper states no order)."))
     description_max_chars: int | None = Field(80, ge=20, description=(
         "Entity and relation descriptions are clipped to this many characters (they are most of a response's "
         "tokens); `null`: whole."))
@@ -145,11 +147,12 @@ class ToolParams(_Section):
         "conversation's ~1,500 tokens fewer, and the label says the same hop."))
     neighbor_types: bool = Field(True, description=(
         "`node_info`'s relation lines give the other end's type (`-> Russia [territory]`), so a walk can check "
-        "what it reached against what the question asks for (off in the paper's tool)."))
+        "what it reached against what the question asks for (the paper's tool, section 3.2, gives names and "
+        "relation descriptions only)."))
     node_info_lines: Literal["from_entity", "triples"] = Field("from_entity", description=(
         "`from_entity`: relation lines read from the entity at the top (`-[in chapter]-> B`, `<-[in block]- A`: "
-        "~55 of a quick conversation's ~1,000 tokens fewer) or `triples` (`A -[in block]-> B`, both ends named: "
-        "the paper's)."))
+        "~55 of a quick conversation's ~1,000 tokens fewer) or `triples` (`A -[in block]-> B`, both ends named; the "
+        "paper states no layout)."))
     unlabelled_relations: Literal["phrase", "keywords"] = Field("phrase", description=(
         "Label of an unlabelled relation (LightRAG and text graphs: a keyword list, no direction): `phrase` (the "
         "words between its ends in its description, read in the sentence's direction; its keywords when no "
@@ -239,8 +242,14 @@ class QAParams(DomainSelection):
     max_hops: int = Field(4, ge=3, description="Longest path of a 3+ question (hops = path nodes - 1).")
     max_question_words: int = Field(45, ge=5, description=(
         "A longer question is rejected, whatever wrote it (docs/qa.md, \"Readable questions\")."))
+    name_rules: NameRules = Field("strict", description=(
+        "`strict`: the question names the start whole, and a hidden path entity leaks by any distinctive word, "
+        "inside the start's name too; `paper`: the Omne-R1 paper's criterion (section 2), words inside the start's "
+        "name do not leak and a trailing \"(abbreviation)\" of the start may be left out, as its own examples do "
+        "(docs/qa.md, \"Leak rules\")."))
     max_retries: int = Field(3, ge=0, description=(
-        "Regeneration rounds after a failed validation (the paper's retry block)."))
+        "Regeneration rounds of a seed after a failed validation (the paper's retry block, section 2; the count is "
+        "the project's), before the bucket's next unused seed takes its place (docs/qa.md, \"Validation\")."))
     strict_path: bool = Field(True, description=(
         "Also require the path to start at the seed and end at the answer (the paper only needs the answer on "
         "it)."))
@@ -253,8 +262,21 @@ class QAParams(DomainSelection):
     gold_max_paths: int = Field(50, ge=1, description="Gold paths kept per QA pair at most.")
     gold_verify: Literal["rules", "llm"] = Field("rules", description="How gold paths are verified: `rules` or `llm`.")
     test_share: float = Field(0.1, ge=0.0, lt=1.0, description=(
-        "Share of the test split, by a stable hash of the question id."))
-    val_share: float = Field(0.1, ge=0.0, lt=1.0, description="Share of the validation split, likewise.")
+        "Share of each bucket in the test split, by a stable hash of the normalised question."))
+    test_per_bucket: dict[Literal["1-2", "3+"], PositiveInt] | None = Field(None, description=(
+        "Test pairs per bucket instead of `test_share`: each bucket's pairs of lowest hash (paper profile: the "
+        "Omne-R1 paper's 1,106 and 1,453 test questions, section 4.1); `null`: `test_share` (docs/qa.md, "
+        "\"Scale\")."))
+    val_share: float = Field(0.1, ge=0.0, lt=1.0, description=(
+        "Share of each bucket in the validation split, by the same hash (after the test pairs)."))
+    _left_out_when_null: ClassVar[tuple[str, ...]] = ("domains", "exclude_domains", "test_per_bucket")
+
+    @field_validator("test_per_bucket")
+    @classmethod
+    def _both_buckets_sized(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        if value is not None and set(value) != {"1-2", "3+"}:
+            raise ValueError(f"test_per_bucket needs a count for both buckets, 1-2 and 3+: got {value}")
+        return value
 
 
 class AgentParams(_Section):
@@ -434,8 +456,9 @@ class RLStageParams(DomainSelection):
         "`sequence`, or `turn` (grpo only; KG-R1: G_t = r_t + lambda R per assistant turn from the configured "
         "rewards; docs/rl.md, \"Turn-level credit\")."))
     num_generations: int = Field(4, ge=1, description="Rollouts per question (the GRPO group size).")
-    questions_per_step: int = Field(1, ge=1, description="Questions per optimizer step.")
-    max_steps: int = Field(4, ge=1, description="Optimizer steps.")
+    questions_per_step: int = Field(1, ge=1, description=(
+        "Questions per batch of rollouts (one optimizer step, or ppo_epochs x ppo_minibatches with ppo)."))
+    max_steps: int = Field(4, ge=1, description="Optimizer steps (TRL's; with ppo, several per batch of rollouts).")
     epochs: float = Field(1.0, gt=0, description=(
         "Passes over the training questions (TRL's num_train_epochs; max_steps ends the run first)."))
     learning_rate: float = Field(1e-5, gt=0, description="The policy's learning rate.")
@@ -466,6 +489,12 @@ class RLStageParams(DomainSelection):
     lora_layers: int | None = Field(None, ge=1, description=(
         "As sft.lora_layers: LoRA on the last N blocks only; `null`: every block."))
     value_learning_rate: float = Field(1e-5, gt=0, description="ppo: the value model's learning rate.")
+    ppo_epochs: int = Field(1, ge=1, description=(
+        "ppo: passes over each batch of rollouts (TRL's num_iterations); from the second pass on the policy ratio "
+        "leaves 1 and the clip acts (logged as `clip_ratio/*`; docs/rl.md, \"PPO as the paper runs it\")."))
+    ppo_minibatches: int = Field(1, ge=1, description=(
+        "ppo: optimizer steps per pass, each on its share of the batch's rollouts (TRL's steps_per_generation); "
+        "must divide questions_per_step x num_generations."))
     gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo: GAE's lambda.")
     gamma: float = Field(1.0, ge=0, le=1, description="ppo: discount factor.")
     bf16: Literal["auto"] | bool = Field("auto", description="As sft.bf16.")
@@ -480,8 +509,8 @@ class RLStageParams(DomainSelection):
         "model's converted copy, its LoRA layers rewritten every sync), `vllm` (TRL's engine, CUDA GPU only) or "
         "`null` (agent.backend); docs/rl.md."))
     sync_every: int = Field(1, ge=1, description=(
-        "backend onnx: optimizer steps between syncs of the policy's weights into the backend (seconds logged as "
-        "`rollout/sync_s`)."))
+        "backend onnx: batches of rollouts (optimizer steps, unless ppo_epochs or ppo_minibatches > 1) between syncs "
+        "of the policy's weights into the backend (seconds logged as `rollout/sync_s`)."))
     vllm_mode: Literal["server", "colocate"] = Field("server", description=(
         "backend vllm: `server` (run `trl vllm-serve --model <start model>` first) or `colocate` (vLLM in the "
         "training process, sharing its GPU); TRL pushes the weights before each step's rollouts (docs/rl.md)."))
@@ -498,9 +527,11 @@ class RLStageParams(DomainSelection):
         return self.backend or agent.backend
 
     def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
-        """As ``_Section``'s, without where the vLLM server runs, and without the vLLM settings unless vLLM
-        generates the rollouts (so the fingerprints of stages that do not use it stay as they were)."""
+        """As ``_Section``'s, without where the vLLM server runs, without the vLLM settings unless vLLM
+        generates the rollouts and without the PPO epochs and minibatches unless ppo trains (so the fingerprints
+        of stages that do not use them stay as they were)."""
         unused = {"vllm_server_base_url"} | (set() if self.backend == "vllm" else {"vllm_mode"})
+        unused |= set() if self.algorithm == "ppo" else {"ppo_epochs", "ppo_minibatches"}  # newer than grpo stages
         return super().result_settings(set(exclude) | unused)
 
     @model_validator(mode="after")
@@ -510,6 +541,10 @@ class RLStageParams(DomainSelection):
         if self.algorithm == "ppo" and self.credit == "turn":  # PPO's GAE would silently replace the turn returns
             raise ValueError("credit: turn is GRPO's turn-level credit (KG-R1); algorithm: ppo assigns credit per "
                              "token through GAE: use credit: sequence with ppo, or algorithm: grpo")
+        if self.algorithm == "ppo" and (self.questions_per_step * self.num_generations) % self.ppo_minibatches:
+            raise ValueError(f"ppo_minibatches {self.ppo_minibatches} does not divide a batch's "
+                             f"{self.questions_per_step * self.num_generations} rollouts (questions_per_step x "
+                             "num_generations)")
         return self
 
 

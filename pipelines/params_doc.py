@@ -75,7 +75,9 @@ def render_params_doc(params_file: Path) -> str:
         f"Every setting of [params.yaml](../params.yaml), section by section. **quick** is the base value (the "
         f"`quick` profile's, and the pydantic default); **paper** is the `paper` profile's value where it differs "
         f"(`omne --profile paper params` prints a whole profile). Two values `a{STAGE_SEP}b` are rl.stage1's and "
-        f"rl.stage3's. † marks a memory bound: tuning it never changes a result, and reuses what is built.",
+        f"rl.stage3's. † marks a memory bound: tuning it never changes a result, and reuses what is built. A value is "
+        f"the Omne-R1 paper's only where its description or params.yaml's comment cites the paper for it; every other "
+        f"number, in either profile, is the project's choice.",
     ]
     sections = [k for k in raw if k in Params.model_fields and k not in ("profile", "root")]
     sections += [k for k, f in Params.model_fields.items()

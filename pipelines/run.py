@@ -212,7 +212,7 @@ def qa_dataset_checks(params: Params) -> list[CheckOutcome]:
     from pipelines.qa.expectations import validate_qa_table
 
     return validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path,
-                             generic_words=read_generic_words(params))
+                             generic_words=read_generic_words(params), name_rules=params.qa.name_rules)
 
 
 def print_check_outcomes(outcomes: list[CheckOutcome]) -> bool:

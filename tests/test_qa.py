@@ -258,7 +258,45 @@ def test_dataset_merges_dedupes_and_splits(chemistry: Params) -> None:
     assert build_qa_dataset(chemistry, ["chemistry"]).skipped
 
 
-def test_dedupe_ignores_case_and_punctuation() -> None:
+def _synthetic_pairs(counts: dict[str, int]) -> list[QAPair]:
+    """``counts`` pairs per bucket with distinct questions (no graph needed: a split reads question and bucket)."""
+    return [QAPair(id=qa_id("d", question, "A"), domain="d", question=question, answer="A", answers=["A"],
+                   hops=hops, bucket=bucket, path=["S", "A"], path_edges=[], start_entity="S", qtype="chain",
+                   generator="template", validation=Validation(valid=True))
+            for bucket, n in counts.items() for hops in ([2] if bucket == "1-2" else [3])
+            for question in (f"Which {bucket} question number {i} is this?" for i in range(n))]
+
+
+def test_paper_profile_test_split_has_the_papers_1106_and_1453_questions() -> None:
+    """At the paper profile's sizes (20 domains x 1,075 1/2-hop and x 2,600 3+ pairs) the test split holds exactly the
+    Omne-R1 paper's 1,106 and 1,453 questions (section 4.1), the pairs of lowest split hash; the quick profile still
+    splits by test_share, pair by pair, and its dataset fingerprint does not name the new setting."""
+    from collections import Counter
+
+    from pipelines.errors import ConfigError
+    from pipelines.qa.dataset import assign_splits, split_hash
+
+    paper = load_params(PROJECT_ROOT / "params.yaml", profile="paper").qa
+    sizes = {"1-2": 20 * paper.one_two_hop_per_domain, "3+": 20 * paper.three_plus_per_domain}
+    assert sizes == {"1-2": 21_500, "3+": 52_000}
+    pairs = assign_splits(_synthetic_pairs(sizes), paper)
+    counts = Counter((p.split, p.bucket) for p in pairs)
+    assert counts["test", "1-2"] == 1106 and counts["test", "3+"] == 1453
+    for bucket, n in sizes.items():  # validation: val_share of the bucket, after the test pairs
+        assert abs(counts["val", bucket] - paper.val_share * n) < 5 * (paper.val_share * n) ** 0.5
+        hashes = [split_hash(p.question, paper.random_seed) for p in pairs if p.bucket == bucket]
+        ranked = sorted(zip(hashes, (p.split for p in pairs if p.bucket == bucket), strict=True))
+        assert {split for _, split in ranked[:counts["test", bucket]]} == {"test"}  # the lowest hashes
+    with pytest.raises(ConfigError, match="1106 test pairs of bucket 1-2 asked, but the dataset has 1075"):
+        assign_splits(_synthetic_pairs({"1-2": 1075, "3+": 2600}), paper)  # one domain: nothing left to train on
+
+    quick = load_params(PROJECT_ROOT / "params.yaml").qa
+    shaping = quick.model_dump(include={"test_share", "test_per_bucket", "val_share", "random_seed"})  # build.py's
+    assert quick.test_per_bucket is None and shaping == {"test_share": 0.1, "val_share": 0.1, "random_seed": 0}
+    small = assign_splits(_synthetic_pairs({"1-2": 300, "3+": 300}), quick)
+    assert all(p.split == split_of(p.question, quick) for p in small)
+
+
     def pair(domain: str, question: str) -> QAPair:
         return QAPair(id=qa_id(domain, question, "Iron"), domain=domain, question=question, answer="Iron",
                       answers=["Iron"], hops=1, bucket="1-2", path=["Rust", "Iron"],
@@ -355,6 +393,120 @@ def test_llm_generator_validates_judges_and_retries_with_feedback(chemistry: Par
                           max_hops=4).valid
         assert pair.generator == "scripted-gen" and pair.validation.valid
     assert client.usage.by_tag["qa.generate"] >= 6 and client.usage.by_tag["qa.judge"] >= 6
+
+
+def test_llm_generator_refills_a_failed_seed_and_says_when_the_seeds_run_out(chemistry: Params,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A seed whose every reply fails the rules gives way to the bucket's next unused seed, so the bucket fills; with
+    no seed left the bucket stays short, and the result, the manifest's stats and the log say so."""
+    import re
+
+    from pipelines.llm.scripted import ScriptedChatClient
+    from pipelines.qa.generate import generate_llm_pairs
+    from pipelines.qa.prompts import GENERATOR_SYSTEM
+    from pipelines.qa.seeds import read_seeds
+
+    graph = RelationGraph(read_kg(kg_dir(chemistry.artifacts_dir, "chemistry")))
+
+    def good(sub) -> str | None:  # noqa: ANN001
+        try:
+            return _good_reply(graph, sub.seed_name, "1-2", sub.nodes)
+        except AssertionError:
+            return None
+
+    subgraphs = [s for s in read_seeds(read_seed_subgraphs("chemistry", chemistry)) if good(s)][:5]
+    failing = {subgraphs[0].seed_name, subgraphs[2].seed_name}  # two of the first three seeds never pass the rules
+
+    def reply(request) -> str:  # noqa: ANN001 - a ChatRequest
+        if request.messages[0]["content"] != GENERATOR_SYSTEM:
+            return json.dumps({"valid": True, "reason": "fine"})
+        seed = re.search(r'around the entity "(.*)"\.', request.messages[1]["content"]).group(1)
+        value = json.loads(good(next(s for s in subgraphs if s.seed_name == seed)))
+        if seed in failing:  # the answer given away in every round
+            value["question"] = f"{value['question'][:-1]}, {value['answer']}?"
+        return json.dumps(value)
+
+    targets = {"1-2": 3, "3+": 0}
+    client = ScriptedChatClient(reply, model="scripted-gen")
+    full = generate_llm_pairs(graph, subgraphs, chemistry.qa, chemistry.llm, "chemistry", client, targets,
+                              progress=False)
+    assert len(full.pairs) == 3 and full.short == {} and "short" not in full.stats()
+    assert {p.seed for p in full.pairs} == {subgraphs[i].seed for i in (1, 3, 4)}  # seeds 4 and 5 replaced 1 and 3
+    tried = {a.seed_name: a for a in full.attempts}
+    assert [a.seed_name for a in full.attempts] == [s.seed_name for s in subgraphs]
+    for name in failing:
+        assert not tried[name].accepted and len(tried[name].attempts) == chemistry.qa.max_retries + 1
+        assert all("gives away" in a.feedback for a in tried[name].attempts)
+
+    client = ScriptedChatClient(reply, model="scripted-gen")
+    with caplog.at_level("WARNING", logger="pipelines.qa.generate"):
+        short = generate_llm_pairs(graph, subgraphs[:4], chemistry.qa, chemistry.llm, "chemistry", client, targets,
+                                   progress=False)
+    assert len(short.pairs) == 2 and len(short.attempts) == 4  # every seed tried, two of them good
+    assert short.short == {"1-2": "2 of 3 pairs: every one of the 4 seeds was tried "
+                                  "(raise qa.seeds_per_domain for more)"}
+    assert short.stats()["short"] == short.short and "chemistry 1-2: 2 of 3 pairs" in caplog.text
+
+
+# Questions of the shape of the Omne-R1 paper's two examples (section 2), in words of our own: a 3+ question of 59
+# words in four sentences whose start shares a word with the answer, and a 1/2-hop question that names its start
+# without the start's trailing "(abbreviation)".
+THREE_PLUS = ["Lady Ashcombe", "Wyvern Hall", "Thornbury", "Master Pell", "Countess Ashcombe"]
+THREE_PLUS_QUESTION = ("Lady Ashcombe owned a manor that was central to wishes about keeping it sealed after her death. "
+                       "This manor stood near a town known for disputes over inheritance. A country lawyer moved to "
+                       "this town through family ties and later enforced the terms of a will for another noble "
+                       "figure. Who received the manor through these estate settlement proceedings?")
+ONE_TWO = ["Bee Wasting Syndrome (BWS)", "Varroa Mite", "Oxalic Solution"]
+ONE_TWO_QUESTION = "Which chemical remedy controls the parasite that spreads Bee Wasting Syndrome in managed hives?"
+
+
+def test_paper_profile_rules_accept_questions_shaped_like_the_papers_examples() -> None:
+    """The LLM generator keeps both example-shaped questions under the paper profile's question rules
+    (name_rules: paper, 80 words), and the quick profile's readable rules still reject them, saying why."""
+    import re
+
+    from pipelines.llm.scripted import ScriptedChatClient
+    from pipelines.qa.generate import generate_llm_pairs
+    from pipelines.qa.models import SeedSubgraph
+    from pipelines.qa.prompts import GENERATOR_SYSTEM
+
+    assert len(THREE_PLUS_QUESTION.split()) == 59 and THREE_PLUS_QUESTION.count(".") == 3
+    names = [*THREE_PLUS, *ONE_TWO, "Old Mill", "River Dee"]
+    edges = [(i, i + 1) for i in range(4)] + [(5, 6), (6, 7), (8, 9), (2, 8)]
+    kg = KnowledgeGraph(entities=pl.DataFrame({
+        "id": list(range(len(names))), "name": names, "key": [normalise_key(n) for n in names],
+        "type": ["thing"] * len(names), "description": [""] * len(names), "source_ids": [[] for _ in names]},
+        schema=ENTITY_SCHEMA), relations=pl.DataFrame({
+        "src": [a for a, _ in edges], "dst": [b for _, b in edges], "keywords": ["linked to"] * len(edges),
+        "description": [""] * len(edges), "weight": [1.0] * len(edges)}, schema=RELATION_SCHEMA), directed=True)
+    graph = RelationGraph(kg)
+    seeds = {name: SeedSubgraph(domain="d", seed=names.index(name), seed_name=name, depth=3, nodes=nodes,
+                                size=len(nodes)) for name, nodes in [(THREE_PLUS[0], [0, 1, 2, 3, 4, 8, 9]),
+                                                                     (ONE_TWO[0], [5, 6, 7])]}
+
+    def reply(request) -> str:  # noqa: ANN001 - a ChatRequest
+        if request.messages[0]["content"] != GENERATOR_SYSTEM:
+            return json.dumps({"valid": True, "reason": "only the start is named"})
+        seed = re.search(r'around the entity "(.*)"\.', request.messages[1]["content"]).group(1)
+        path, question = (THREE_PLUS, THREE_PLUS_QUESTION) if seed == THREE_PLUS[0] else (ONE_TWO, ONE_TWO_QUESTION)
+        return json.dumps({"path": path, "question": question, "answer": path[-1]})
+
+    def generate(qa, seed: str, bucket: str):  # noqa: ANN001, ANN202
+        targets = {"1-2": int(bucket == "1-2"), "3+": int(bucket == "3+")}
+        return generate_llm_pairs(graph, [seeds[seed]], qa, load_params(PROJECT_ROOT / "params.yaml").llm, "d",
+                                  ScriptedChatClient(reply), targets, progress=False)
+
+    paper, quick = (load_params(PROJECT_ROOT / "params.yaml", profile=p).qa for p in ("paper", "quick"))
+    assert (paper.name_rules, paper.max_question_words) == ("paper", 80) and quick.max_question_words == 45
+    for seed, bucket, question, why in [
+            (THREE_PLUS[0], "3+", THREE_PLUS_QUESTION, ["gives away other path entities: 'Countess Ashcombe'",
+                                                        "the question has 59 words; at most 45"]),
+            (ONE_TWO[0], "1-2", ONE_TWO_QUESTION, ["must name the start entity 'Bee Wasting Syndrome (BWS)'"])]:
+        kept = generate(paper, seed, bucket)
+        assert [(p.question, p.bucket, p.start_entity) for p in kept.pairs] == [(question, bucket, seed)]
+        rejected = generate(quick, seed, bucket)
+        assert rejected.pairs == [] and bucket in rejected.short
+        assert all(reason in rejected.attempts[0].attempts[0].feedback for reason in why)
 
 
 def test_gold_paths_verified_by_the_llm(chemistry: Params) -> None:

@@ -82,7 +82,7 @@ def qa_dataset(context: dg.AssetExecutionContext, omne: OmneResource) -> dg.Mate
     result = qa_build.build_qa_dataset(params)
     table = qa_build.read_qa_dataset(params)
     outcomes = validate_qa_table(table, params.qa.max_hops, strict_path=params.qa.strict_path,  # GE suite + leakage
-                                 generic_words=qa_build.read_generic_words(params))
+                                 generic_words=qa_build.read_generic_words(params), name_rules=params.qa.name_rules)
     stats = result.stats
     preview = table.select("id", "domain", "bucket", "split", "question", "answer").head(20).to_pandas()
     quality = qa_quality_report(params)  # docs/qa.md, "Quality report"

@@ -19,22 +19,13 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel
 
-from pipelines.atomic import atomic_directory
 from pipelines.config import Params
 from pipelines.domains import load_registry
 from pipelines.errors import ArtifactMissingError
 from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir, qa_dir
 from pipelines.llm.base import ChatClient, require_replies
-from pipelines.manifest import (
-    BuildResult,
-    manifest_inputs,
-    new_manifest,
-    read_manifest,
-    sha256_files,
-    up_to_date,
-    write_manifest,
-)
+from pipelines.manifest import ArtifactBuild, BuildResult, manifest_inputs, read_manifest, sha256_files
 from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
 from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
 from pipelines.qa.gold import gold_paths
@@ -81,22 +72,19 @@ def build_seed_subgraphs(domain: str, params: Params, *, force: bool = False) ->
     inputs = manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)")
     shaping = {"seeds": params.section("seeds"), "seeds_per_domain": params.qa.seeds_per_domain,
                "random_seed": params.qa.random_seed}
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
-        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+    build = ArtifactBuild(folder, "seed_subgraphs", inputs, shaping, domain=domain)
+    if manifest := build.reusable(force):
+        return build.result(manifest, skipped=True)
     kg = read_kg(source)
     subgraphs = sample_seed_subgraphs(kg, domain, params.seeds, params.qa.seeds_per_domain, params.qa.random_seed)
     table = seeds_table(subgraphs)
-    with atomic_directory(folder) as tmp:
-        table.write_parquet(tmp / SEEDS_FILE, compression="zstd", statistics=False)
+    with build.writing() as draft:
+        table.write_parquet(draft.folder / SEEDS_FILE, compression="zstd", statistics=False)
         sizes = table["size"]
-        manifest = new_manifest(
-            "seed_subgraphs", domain=domain, files=sha256_files([tmp / SEEDS_FILE], tmp), inputs=inputs,
-            params=shaping, rows={"seeds": table.height},
-            metadata={"size_min": int(sizes.min() or 0), "size_max": int(sizes.max() or 0),
-                      "size_mean": round(float(sizes.mean() or 0), 2)},
-        )
-        write_manifest(tmp, manifest)
-    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+        draft.record(files=[draft.folder / SEEDS_FILE], rows={"seeds": table.height},
+                     metadata={"size_min": int(sizes.min() or 0), "size_max": int(sizes.max() or 0),
+                               "size_mean": round(float(sizes.mean() or 0), 2)})
+    return build.result()
 
 
 def read_seed_subgraphs(domain: str, params: Params) -> pl.DataFrame:
@@ -159,6 +147,8 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
                                                          "max_question_words"})}
     if generator == "template":
         shaping["writer_version"] = WRITER_VERSION
+    if qa.name_rules != "strict":  # only then: the fingerprints of builds under the strict rules stay as they were
+        shaping["name_rules"] = qa.name_rules
     if generator == "llm":
         shaping.update(qa.model_dump(include={"show_descriptions", "max_prompt_relations", "judge"}))
         shaping["llm"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",
@@ -167,8 +157,9 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
     if paraphrase:  # only then: the fingerprints of builds without a paraphrase stay as they were
         shaping["paraphrase"] = llm.model_dump(include={"backend", "model", "temperature", "max_tokens",
                                                         "json_repair_rounds"})
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
-        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+    build = ArtifactBuild(folder, "qa_pairs", inputs, shaping, domain=domain)
+    if manifest := build.reusable(force):
+        return build.result(manifest, skipped=True)
 
     graph = relation_graph(domain, params)
     subgraphs = read_seeds(read_seed_subgraphs(domain, params))
@@ -193,13 +184,13 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
         require_replies(chat.usage, f"qa generate {domain} (paraphrase)")
         result = result.model_copy(update={"pairs": rewritten.pairs})
         usage = chat.usage.model_dump()
-    return _write_pairs(domain, folder, result, inputs, shaping, usage, model, graph.generic_words, rewritten)
+    return _write_pairs(build, result, usage, model, graph.generic_words, rewritten)
 
 
-def _write_pairs(domain: str, folder: Path, result: GenerationResult, inputs: dict[str, str],
-                 shaping: dict[str, Any], usage: dict[str, Any], model: str, generic: frozenset[str],
-                 rewritten: ParaphraseResult | None = None) -> BuildResult:
-    with atomic_directory(folder) as tmp:
+def _write_pairs(build: ArtifactBuild, result: GenerationResult, usage: dict[str, Any], model: str,
+                 generic: frozenset[str], rewritten: ParaphraseResult | None = None) -> BuildResult:
+    with build.writing() as draft:
+        tmp = draft.folder
         rows = write_jsonl(tmp / PAIRS_FILE, result.pairs)
         write_jsonl(tmp / ATTEMPTS_FILE, result.attempts)
         (tmp / GENERIC_WORDS_FILE).write_text(json.dumps(sorted(generic), ensure_ascii=False) + "\n", encoding="utf-8")
@@ -209,13 +200,8 @@ def _write_pairs(domain: str, folder: Path, result: GenerationResult, inputs: di
             write_jsonl(tmp / PARAPHRASES_FILE, rewritten.outcomes)
             files.append(tmp / PARAPHRASES_FILE)
             metadata["paraphrase"] = rewritten.stats()
-        manifest = new_manifest(
-            "qa_pairs", domain=domain, files=sha256_files(files, tmp),
-            inputs=inputs, params=shaping, rows={"pairs": rows, "seed_attempts": len(result.attempts)},
-            metadata=metadata,
-        )
-        write_manifest(tmp, manifest)
-    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+        draft.record(files=files, rows={"pairs": rows, "seed_attempts": len(result.attempts)}, metadata=metadata)
+    return build.result()
 
 
 def read_qa_pairs(domain: str, params: Params) -> list[QAPair]:
@@ -232,26 +218,24 @@ def build_gold_paths(domain: str, params: Params, *, client: ChatClient | None =
     shaping: dict[str, Any] = qa.model_dump(include={"gold_max_hops", "gold_max_paths", "gold_verify"})
     if qa.gold_verify == "llm":
         shaping["llm"] = params.llm.model_dump(include={"backend", "model", "max_tokens"})
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
-        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+    build = ArtifactBuild(folder, "gold_paths", inputs, shaping, domain=domain)
+    if manifest := build.reusable(force):
+        return build.result(manifest, skipped=True)
     graph = relation_graph(domain, params)
     pairs = read_qa_pairs(domain, params)
     chat = _client(params, client) if qa.gold_verify == "llm" else None
     golds = gold_paths(graph, pairs, qa, client=chat, llm=params.llm, progress=progress)
     paths = [len(g.paths) for g in golds]
     valid = [sum(p.valid for p in g.paths) for g in golds]
-    with atomic_directory(folder) as tmp:
-        write_jsonl(tmp / GOLD_FILE, golds)
-        manifest = new_manifest(
-            "gold_paths", domain=domain, files=sha256_files([tmp / GOLD_FILE], tmp), inputs=inputs, params=shaping,
-            rows={"qa_pairs": len(golds), "paths": sum(paths), "valid_paths": sum(valid)},
-            metadata={"mean_paths": round(sum(paths) / len(paths), 3) if paths else 0.0,
-                      "mean_valid_paths": round(sum(valid) / len(valid), 3) if valid else 0.0,
-                      "truncated": sum(g.truncated for g in golds),
-                      "llm_usage": chat.usage.model_dump() if chat else {}},
-        )
-        write_manifest(tmp, manifest)
-    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+    with build.writing() as draft:
+        write_jsonl(draft.folder / GOLD_FILE, golds)
+        draft.record(files=[draft.folder / GOLD_FILE],
+                     rows={"qa_pairs": len(golds), "paths": sum(paths), "valid_paths": sum(valid)},
+                     metadata={"mean_paths": round(sum(paths) / len(paths), 3) if paths else 0.0,
+                               "mean_valid_paths": round(sum(valid) / len(valid), 3) if valid else 0.0,
+                               "truncated": sum(g.truncated for g in golds),
+                               "llm_usage": chat.usage.model_dump() if chat else {}})
+    return build.result()
 
 
 def read_gold_paths(domain: str, params: Params) -> list[GoldPath]:
@@ -284,8 +268,10 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
                                       f"QA pairs of {domain!r}"))
         inputs.update(manifest_inputs(qa_dir(params.artifacts_dir, "gold", domain), params.root,
                                       f"gold paths of {domain!r} (run `omne qa gold`)"))
-    shaping = {"domains": domains, **params.qa.model_dump(include={"test_share", "val_share", "random_seed"})}
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+    shaping = {"domains": domains,  # test_per_bucket only when set: the fingerprints of share splits stay as they were
+               **params.qa.model_dump(include={"test_share", "test_per_bucket", "val_share", "random_seed"})}
+    build = ArtifactBuild(folder, "qa_dataset", inputs, shaping)
+    if manifest := build.reusable(force):
         return DatasetResult(domain=None, folder=folder, manifest=manifest, skipped=True,
                              stats=manifest.metadata.get("stats", {}))
     pairs = [pair for domain in domains for pair in read_qa_pairs(domain, params)]
@@ -294,7 +280,8 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
     ids = {p.id for p in kept}
     golds = [g for domain in domains for g in read_gold_paths(domain, params) if g.qa_id in ids]
     stats = dataset_stats(kept)
-    with atomic_directory(folder) as tmp:
+    with build.writing() as draft:
+        tmp = draft.folder
         qa_table(kept).write_parquet(tmp / DATASET_FILE, compression="zstd", statistics=False)
         files = [tmp / DATASET_FILE]
         for split in ("train", "val", "test"):
@@ -305,13 +292,9 @@ def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force:
         generic = {d: sorted(_pairs_generic_words(params, d)) for d in domains}
         (tmp / GENERIC_WORDS_FILE).write_text(json.dumps(generic, ensure_ascii=False) + "\n", encoding="utf-8")
         files += [tmp / GOLD_FILE, tmp / STATS_FILE, tmp / GENERIC_WORDS_FILE]
-        manifest = new_manifest(
-            "qa_dataset", files=sha256_files(files, tmp), inputs=inputs, params=shaping,
-            rows={"pairs": len(kept), **{s: n for s, n in stats["splits"].items()}},
-            metadata={"stats": stats, "dedupe": report.model_dump()},
-        )
-        write_manifest(tmp, manifest)
-    return DatasetResult(domain=None, folder=folder, manifest=manifest, skipped=False, stats=stats)
+        draft.record(files=files, rows={"pairs": len(kept), **{s: n for s, n in stats["splits"].items()}},
+                     metadata={"stats": stats, "dedupe": report.model_dump()})
+    return DatasetResult(domain=None, folder=folder, manifest=build.manifest, skipped=False, stats=stats)
 
 
 def _pairs_generic_words(params: Params, domain: str) -> frozenset[str]:

@@ -39,7 +39,8 @@ def check_pairs_pass_rules(graph: RelationGraph, pairs: list[QAPair], params: Pa
     for pair in pairs:
         seed = graph.entity_id(pair.start_entity)
         verdict = check_pair(graph, pair.path, pair.question, pair.answer, seed if seed is not None else -1,
-                             pair.bucket, strict=params.qa.strict_path, max_hops=params.qa.max_hops)
+                             pair.bucket, strict=params.qa.strict_path, max_hops=params.qa.max_hops,
+                             name_rules=params.qa.name_rules)
         if not verdict.valid:
             failures.append(f"{pair.id}: {'; '.join(verdict.feedback)}")
     return CheckOutcome(spec=PAIR_CHECKS["pairs_pass_rules"], passed=bool(pairs) and not failures,

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from pipelines.config import NameRules
 from pipelines.kg.checks import CheckOutcome, CheckSpec
 from pipelines.qa.models import QAPair
-from pipelines.qa.validate import form_problems
-from pipelines.text.names import leaked_names, mentions, normalise_text
+from pipelines.qa.validate import form_problems, leaks, names_start
+from pipelines.text.names import normalise_text
 
 if TYPE_CHECKING:  # GE costs ~3 s to import: only the functions that validate load it
     from great_expectations import ExpectationSuite
@@ -102,7 +103,8 @@ def _norm(column: str) -> pl.Expr:
 
 
 def qa_validation_frame(table: pl.DataFrame, *, strict_path: bool = True,
-                        generic_words: Mapping[str, frozenset[str]] | None = None) -> pl.DataFrame:
+                        generic_words: Mapping[str, frozenset[str]] | None = None,
+                        name_rules: NameRules = "strict") -> pl.DataFrame:
     """The columns the suite checks: scalar fields, normalised text and the derived boolean columns.
 
     List columns are reduced here (GE's pandas engine hashes unexpected values, which arrays are not).
@@ -114,11 +116,12 @@ def qa_validation_frame(table: pl.DataFrame, *, strict_path: bool = True,
         .alias("answer_on_path")
     )
     start_named = pl.struct("question", "start_entity").map_elements(
-        lambda r: None if None in r.values() else mentions(r["question"], r["start_entity"]), return_dtype=pl.Boolean)
+        lambda r: None if None in r.values() else names_start(r["question"], r["start_entity"], name_rules),
+        return_dtype=pl.Boolean)
     generic = generic_words or {}
     no_leak = pl.struct("question", "path", "answer", "domain").map_elements(
-        lambda r: None if None in (r["question"], r["path"], r["answer"]) else not leaked_names(
-            r["question"], list(r["path"]), r["answer"], generic.get(r["domain"], frozenset())),
+        lambda r: None if None in (r["question"], r["path"], r["answer"]) else not leaks(
+            r["question"], list(r["path"]), r["answer"], generic.get(r["domain"], frozenset()), name_rules),
         return_dtype=pl.Boolean)
     readable = pl.struct("question", "path").map_elements(
         lambda r: None if None in r.values() else not form_problems(r["question"], list(r["path"])),
@@ -215,7 +218,8 @@ def _failure(result: Any) -> dict[str, Any]:
     return _plain(failure)
 
 
-def _explain(failure: dict[str, Any], table: pl.DataFrame, generic: Mapping[str, frozenset[str]]) -> dict[str, Any]:
+def _explain(failure: dict[str, Any], table: pl.DataFrame, generic: Mapping[str, frozenset[str]],
+             name_rules: NameRules = "strict") -> dict[str, Any]:
     """A derived column's examples are all False: show the fields it was derived from instead."""
     fields = _DERIVED_FROM.get(failure["check"])
     if not fields or not failure["examples"]:
@@ -228,8 +232,8 @@ def _explain(failure: dict[str, Any], table: pl.DataFrame, generic: Mapping[str,
             continue
         example["value"] = _plain({f: row[f] for f in fields})
         if failure["check"] == "no_leaked_names" and None not in (row["question"], row["path"], row["answer"]):
-            example["leaked"] = leaked_names(row["question"], row["path"], row["answer"],
-                                             generic.get(row["domain"], frozenset()))
+            example["leaked"] = leaks(row["question"], row["path"], row["answer"],
+                                      generic.get(row["domain"], frozenset()), name_rules)
         if failure["check"] == "question_readable" and None not in (row["question"], row["path"]):
             example["problems"] = form_problems(row["question"], list(row["path"]))
     return failure
@@ -251,7 +255,8 @@ def _quiet_context() -> Any:
 
 
 def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path: bool = True,
-                             generic_words: Mapping[str, frozenset[str]] | None = None) -> CheckOutcome:
+                             generic_words: Mapping[str, frozenset[str]] | None = None,
+                             name_rules: NameRules = "strict") -> CheckOutcome:
     """Run the GE suite on ``table``; metadata lists every failed expectation with offending ids."""
     spec = QA_TABLE_CHECKS["qa_table_expectations"]
     missing = [c for c in _REQUIRED if c not in table.columns]
@@ -264,7 +269,8 @@ def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path:
 
     import great_expectations as gx
 
-    frame = qa_validation_frame(table, strict_path=strict_path, generic_words=generic_words).to_pandas()
+    frame = qa_validation_frame(table, strict_path=strict_path, generic_words=generic_words,
+                                name_rules=name_rules).to_pandas()
     context = _quiet_context()
     batch_definition = (context.data_sources.add_pandas("qa").add_dataframe_asset("qa_table")
                         .add_batch_definition_whole_dataframe("qa_table"))
@@ -276,7 +282,7 @@ def check_table_expectations(table: pl.DataFrame, max_hops: int, *, strict_path:
         result_format={"result_format": "SUMMARY", "unexpected_index_column_names": ["id"],
                        "partial_unexpected_count": EXAMPLES},
     )
-    failed = [_explain(_failure(r), table, generic_words or {}) for r in result.results if not r.success]
+    failed = [_explain(_failure(r), table, generic_words or {}, name_rules) for r in result.results if not r.success]
     summary = "; ".join(
         f"{f['check']}: {f['unexpected_count']} unexpected, e.g. {', '.join(str(e['id']) for e in f['examples'])}"
         for f in failed)
@@ -312,7 +318,9 @@ def split_leakage(table: pl.DataFrame) -> CheckOutcome:
 
 
 def validate_qa_table(table: pl.DataFrame, max_hops: int, *, strict_path: bool = True,
-                      generic_words: Mapping[str, frozenset[str]] | None = None) -> list[CheckOutcome]:
-    """Every check of ``QA_TABLE_CHECKS`` on the QA table, in declaration order."""
-    return [check_table_expectations(table, max_hops, strict_path=strict_path, generic_words=generic_words),
+                      generic_words: Mapping[str, frozenset[str]] | None = None,
+                      name_rules: NameRules = "strict") -> list[CheckOutcome]:
+    """Every check of ``QA_TABLE_CHECKS`` on the QA table, in declaration order (``name_rules``: qa.name_rules)."""
+    return [check_table_expectations(table, max_hops, strict_path=strict_path, generic_words=generic_words,
+                                     name_rules=name_rules),
             split_leakage(table)]

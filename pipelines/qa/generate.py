@@ -3,13 +3,16 @@ checks, an LLM judge and the paper's retry rounds. Both return validated ``QAPai
 attempts behind them, so a reader can see why questions were rejected.
 
 The LLM generator works in rounds over all pending seeds at once: one concurrent batch of
-generation requests, rule checks, one batch of judge requests, and a retry round for the rest.
-Every request goes through the client's disk cache, so an interrupted run resumes for free.
+generation requests, rule checks, one batch of judge requests, and a retry round for the rest. A seed
+that fails its last retry is replaced by the bucket's next unused seed, until the bucket is full or the
+seeds run out (then ``GenerationResult.short`` says so). Every request goes through the client's disk
+cache, so an interrupted run resumes for free.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,6 +49,7 @@ class SeedAttempts(BaseModel):
 class GenerationResult(BaseModel):
     pairs: list[QAPair]
     attempts: list[SeedAttempts]
+    short: dict[Bucket, str] = {}  # buckets left below their target because the seeds ran out, and by how much
 
     def stats(self) -> dict[str, Any]:
         tried = len(self.attempts)
@@ -56,7 +60,20 @@ class GenerationResult(BaseModel):
             "seeds_tried": tried,
             "acceptance_rate": round(sum(a.accepted for a in self.attempts) / tried, 4) if tried else 0.0,
             "mean_attempts": round(sum(len(a.attempts) for a in self.attempts) / tried, 3) if tried else 0.0,
+            **({"short": self.short} if self.short else {}),
         }
+
+
+def shortfalls(domain: str, pairs: list[QAPair], targets: dict[Bucket, int], seeds: int) -> dict[Bucket, str]:
+    """Each bucket that ended below its target, said plainly (and logged): the seeds ran out first."""
+    short: dict[Bucket, str] = {}
+    for bucket in BUCKETS:
+        made = sum(p.bucket == bucket for p in pairs)
+        if made < targets[bucket]:
+            short[bucket] = (f"{made} of {targets[bucket]} pairs: every one of the {seeds} seeds was tried "
+                             "(raise qa.seeds_per_domain for more)")
+            log.warning("%s %s: %s", domain, bucket, short[bucket])
+    return short
 
 
 def hop_choices(bucket: Bucket, max_hops: int) -> list[int]:
@@ -125,7 +142,7 @@ def generate_template_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph],
                 question = write_question(graph, sub.seed, steps) or ""
                 path = [graph.names[n] for n in graph.path_nodes(sub.seed, steps)]
                 verdict = check_pair(graph, path, question, path[-1], sub.seed, bucket, strict=qa.strict_path,
-                                     max_hops=qa.max_hops, max_words=qa.max_question_words)
+                                     max_hops=qa.max_hops, max_words=qa.max_question_words, name_rules=qa.name_rules)
                 feedback = "; ".join(verdict.feedback)
                 if verdict.valid and not dedupe.add(question, path[-1]):
                     verdict.question_valid, feedback = False, "duplicate of an accepted question"
@@ -142,7 +159,7 @@ def generate_template_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph],
                                         accepted=accepted,
                                         attempts=tries))
         progress.close()
-    return GenerationResult(pairs=pairs, attempts=records)
+    return GenerationResult(pairs=pairs, attempts=records, short=shortfalls(domain, pairs, targets, len(subgraphs)))
 
 
 # --------------------------------------------------------------------------------------------- LLM
@@ -200,20 +217,22 @@ def _request(messages: list[dict[str, str]], llm: LLMParams, tag: str, temperatu
 def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: QAParams, llm: LLMParams,
                        domain: str, client: ChatClient, targets: dict[Bucket, int],
                        progress: bool = True) -> GenerationResult:
-    """The Omne-R1 paper's generation loop: generate, check rules, judge, retry with feedback."""
+    """The Omne-R1 paper's generation loop: generate, check rules, judge, retry with feedback; a seed that fails
+    ``qa.max_retries`` retries gives way to the bucket's next unused seed, so that the bucket fills up."""
     from pipelines.llm.structured import complete_json_many
 
-    tasks = [_Task(sub=sub, bucket=bucket, prompt=prompts.generation_prompt(domain, sub.seed_name, bucket,
-                                                                            prompt_subgraph(graph, sub, qa),
-                                                                            qa.max_hops))
-             for bucket in BUCKETS for sub in subgraphs[: targets[bucket]]]
+    def new_task(bucket: Bucket, sub: SeedSubgraph) -> _Task:
+        prompt = prompts.generation_prompt(domain, sub.seed_name, bucket, prompt_subgraph(graph, sub, qa), qa.max_hops)
+        return _Task(sub=sub, bucket=bucket, prompt=prompt)
+
+    unused = {bucket: iter(subgraphs[targets[bucket]:]) for bucket in BUCKETS}  # each bucket's spare seeds, in order
+    tasks = [new_task(bucket, sub) for bucket in BUCKETS for sub in subgraphs[: targets[bucket]]]
     dedupe, pairs, done = _Dedupe(), [], []
-    pending = tasks
-    for round_index in range(qa.max_retries + 1):
-        if not pending:
-            break
+    pending = list(tasks)
+    round_index = 0
+    while pending:
         requests = [_request(prompts.generation_messages(t.prompt, t.attempts[-1] if t.attempts else None), llm,
-                             "qa.generate", seed=qa.random_seed + round_index) for t in pending]
+                             "qa.generate", seed=qa.random_seed + len(t.attempts)) for t in pending]
         results = complete_json_many(client, requests, repair_rounds=llm.json_repair_rounds, validate=_reply_fields,
                                      progress=progress, desc=f"{domain} generate r{round_index}")
         to_judge: list[_Task] = []
@@ -225,7 +244,7 @@ def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: 
             path = [str(x) for x in result.value["path"]]
             question, answer = str(result.value["question"]).strip(), str(result.value["answer"]).strip()
             verdict = check_pair(graph, path, question, answer, task.sub.seed, task.bucket, strict=qa.strict_path,
-                                 max_hops=qa.max_hops, max_words=qa.max_question_words)
+                                 max_hops=qa.max_hops, max_words=qa.max_question_words, name_rules=qa.name_rules)
             attempt = Attempt(path=path, question=question, answer=answer, path_valid=verdict.path_valid,
                               feedback="; ".join(verdict.feedback))
             task.attempts.append(attempt)
@@ -246,11 +265,18 @@ def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: 
                     done.append(task)
                     continue
                 task.attempts[-1].feedback = "duplicate of an accepted question; ask something else"
-            next_pending.append(task)
+            if len(task.attempts) <= qa.max_retries:
+                next_pending.append(task)
+        for bucket in BUCKETS:  # a seed given up is replaced while the bucket is short and spare seeds remain
+            open_tasks = sum(t.bucket == bucket for t in next_pending) + sum(p.bucket == bucket for p in pairs)
+            for sub in itertools.islice(unused[bucket], max(0, targets[bucket] - open_tasks)):
+                tasks.append(new_task(bucket, sub))
+                next_pending.append(tasks[-1])
         pending = next_pending
+        round_index += 1
     records = [SeedAttempts(domain=domain, seed=t.sub.seed, seed_name=t.sub.seed_name, bucket=t.bucket,
                             accepted=t in done, attempts=t.attempts) for t in tasks]
-    return GenerationResult(pairs=pairs, attempts=records)
+    return GenerationResult(pairs=pairs, attempts=records, short=shortfalls(domain, pairs, targets, len(subgraphs)))
 
 
 def _judge(graph: RelationGraph, tasks: list[_Task], qa: QAParams, llm: LLMParams, client: ChatClient,

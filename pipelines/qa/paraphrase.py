@@ -83,7 +83,8 @@ def paraphrase_pairs(graph: RelationGraph, pairs: list[QAPair], qa: QAParams, ll
         proposed = " ".join(str(result.value["question"]).split())
         outcome.proposed = proposed
         key = (normalise_text(proposed), normalise_text(pair.answer))
-        problems = check_question(proposed, pair.path, pair.answer, graph.generic_words, qa.max_question_words)
+        problems = check_question(proposed, pair.path, pair.answer, graph.generic_words, qa.max_question_words,
+                                  qa.name_rules)
         if not proposed.endswith("?"):
             problems.append("the rewrite does not end with a question")
         if key[0] == normalise_text(pair.question):

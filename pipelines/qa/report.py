@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from pipelines.config import Params
+from pipelines.config import NameRules, Params
 from pipelines.errors import ArtifactMissingError, ConfigError
 from pipelines.layout import qa_dir
 from pipelines.manifest import read_manifest
-from pipelines.qa.validate import form_problems, relative_depth
-from pipelines.text.names import leaked_names, normalise_text
+from pipelines.qa.validate import form_problems, leaks, relative_depth
+from pipelines.text.names import normalise_text
 
 GUESSABLE_RULE = (
     "a question is guessable from the question alone when its answer is the most frequent answer among the other "
@@ -45,7 +45,7 @@ class HopQuality(BaseModel):
     depth_max: int  # relative-clause depth (validate.relative_depth), the largest
     depth_ge2: int  # questions with a clause inside a clause
     depth_ge2_share: float
-    leaks: int  # questions that give away a path entity other than the start (names.leaked_names)
+    leaks: int  # questions that give away a path entity other than the start (validate.leaks, qa.name_rules)
     form_problems: int  # questions with at least one readable-form problem (validate.form_problems)
     guessable: int  # questions whose answer the majority-class guess gets (GUESSABLE_RULE)
     guessable_share: float
@@ -136,7 +136,7 @@ def sample_questions(rows: list[dict[str, Any]], n: int, seed: int, domain: str,
 
 
 def domain_quality(domain: str, rows: list[dict[str, Any]], *, generic: frozenset[str], asked: Mapping[str, str],
-                   max_words: int | None, samples: int, seed: int) -> DomainQuality:
+                   max_words: int | None, samples: int, seed: int, name_rules: NameRules = "strict") -> DomainQuality:
     """The report of one domain's dataset rows (dicts with the QA table's columns); ``asked`` maps an answer
     name to the type noun its questions ask for ("" where unknown)."""
     groups = [((r["path_edges"] or [{}])[-1].get("keywords", ""), asked.get(r["answer"], "")) for r in rows]
@@ -146,7 +146,7 @@ def domain_quality(domain: str, rows: list[dict[str, Any]], *, generic: frozense
         names = [*row["path"], row["answer"]]
         records.append({"hops": int(row["hops"]), "words": question_words(row["question"]),
                         "depth": relative_depth(row["question"], names),
-                        "leaked": bool(leaked_names(row["question"], row["path"], row["answer"], generic)),
+                        "leaked": bool(leaks(row["question"], row["path"], row["answer"], generic, name_rules)),
                         "form": bool(form_problems(row["question"], names, max_words)), "guessable": guessable})
     table = [hop_quality(domain, str(h), [r for r in records if r["hops"] == h])
              for h in sorted({r["hops"] for r in records})]
@@ -193,7 +193,8 @@ def qa_quality_report(params: Params, domains: Sequence[str] | None = None, *, s
         mine = [r for r in rows if r["domain"] == domain]
         report.domains.append(domain_quality(domain, mine, generic=generic.get(domain, frozenset()),
                                              asked=asked_types(domain, params), max_words=params.qa.max_question_words,
-                                             samples=samples, seed=params.qa.random_seed))
+                                             samples=samples, seed=params.qa.random_seed,
+                                             name_rules=params.qa.name_rules))
         report.questions += len(mine)
     return report
 

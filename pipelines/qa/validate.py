@@ -2,8 +2,9 @@
 
 The Omne-R1 paper's rule: the path is connected in the KG and contains the answer. Our stricter
 default (``qa.strict_path``) also wants the path to start at the seed and end at the answer. The
-question must name the start entity and none of the other path entities. Each failure comes back
-as feedback text, which is what the retry prompt shows the generator.
+question must name the start entity and none of the other path entities (``qa.name_rules``: ours, strict, or the
+paper's, which its own example questions pass). Each failure comes back as feedback text, which is what the retry
+prompt shows the generator.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 
 from pydantic import BaseModel
 
+from pipelines.config import NameRules
 from pipelines.qa.models import Bucket, PathEdge
 from pipelines.qa.paths import RelationGraph, Step
 from pipelines.text.names import _name_pattern, leaked_names, mentions
@@ -132,16 +134,40 @@ def form_problems(question: str, names: list[str], max_words: int | None = None)
     return problems
 
 
+_TRAILING_ABBREVIATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def start_forms(start: str, rules: NameRules = "strict") -> list[str]:
+    """How a question may name the start: whole, and under the paper's rules also without a trailing
+    "(abbreviation)", as the paper's 1/2-hop example names "Colony Collapse Disorder (CCD)"."""
+    short = _TRAILING_ABBREVIATION.sub("", start)
+    return [start, short] if rules == "paper" and short.strip() and short != start else [start]
+
+
+def names_start(question: str, start: str, rules: NameRules = "strict") -> bool:
+    return any(mentions(question, form) for form in start_forms(start, rules))
+
+
+def leaks(question: str, path: list[str], answer: str, generic: frozenset[str] = frozenset(),
+          rules: NameRules = "strict") -> list[str]:
+    """``names.leaked_names``; under the paper's rules the start's own name is masked first, so that a hidden
+    name's word inside it does not count (the paper's 3+ example starts at Madame de Merret and ends at Comtesse de
+    Merret)."""
+    if rules == "paper" and path:
+        question = _masked(question, start_forms(path[0], rules))
+    return leaked_names(question, path, answer, generic)
+
+
 def check_question(question: str, path: list[str], answer: str, generic: frozenset[str] = frozenset(),
-                   max_words: int | None = None) -> list[str]:
+                   max_words: int | None = None, rules: NameRules = "strict") -> list[str]:
     """Problems of a question's text (empty when it is fine): the start named, nothing else of the path
-    given away (names.leaked_names, with the domain's ``generic`` words), one question, readable forms."""
+    given away (``leaks``, with the domain's ``generic`` words), one question, readable forms."""
     problems: list[str] = []
     if not question.strip():
         return ["the question is empty"]
-    if path and not mentions(question, path[0]):
+    if path and not names_start(question, path[0], rules):
         problems.append(f"the question must name the start entity {path[0]!r}")
-    leaked = leaked_names(question, path, answer, generic)
+    leaked = leaks(question, path, answer, generic, rules)
     if leaked:
         problems.append(f"the question gives away other path entities: {', '.join(repr(n) for n in leaked)}")
     if question.count("?") > 1:
@@ -151,9 +177,9 @@ def check_question(question: str, path: list[str], answer: str, generic: frozens
 
 def check_pair(graph: RelationGraph, path: list[str], question: str, answer: str, seed: int, bucket: Bucket, *,
                strict: bool, max_hops: int, relations: list[str] | None = None,
-               max_words: int | None = None) -> RuleVerdict:
+               max_words: int | None = None, name_rules: NameRules = "strict") -> RuleVerdict:
     node_ids, path_problems = check_path(graph, path, answer, seed, bucket, strict=strict, max_hops=max_hops)
-    question_problems = check_question(question, path, answer, graph.generic_words, max_words)
+    question_problems = check_question(question, path, answer, graph.generic_words, max_words, name_rules)
     steps = resolve_steps(graph, node_ids, relations) if not path_problems else None
     return RuleVerdict(path_valid=not path_problems and steps is not None,
                        question_valid=not question_problems,

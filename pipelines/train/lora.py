@@ -59,15 +59,17 @@ def adapted_blocks(model: Any, layers: int | None) -> list[int]:
 
 
 def lora_config(model: Any, *, r: int, alpha: int, dropout: float = 0.0, layers: int | None = None,
-                trainable_tokens: dict[str, list[int]] | None = None) -> Any:
-    """PEFT's ``LoraConfig`` for a causal LM: rank ``r`` and ``alpha`` on every linear layer of the blocks
+                trainable_tokens: dict[str, list[int]] | None = None, task_type: str = "CAUSAL_LM") -> Any:
+    """PEFT's ``LoraConfig`` for a causal LM (or, ``task_type`` TOKEN_CLS, the PPO critic: PEFT then trains its
+    value head in full beside the adapter): rank ``r`` and ``alpha`` on every linear layer of the blocks
     (``layers`` None) or of the last ``layers`` blocks; ``trainable_tokens``: embedding rows trained beside
     (``trainable_token_indices``)."""
     from peft import LoraConfig
 
-    targets: dict[str, Any] = {"target_modules": "all-linear"} if layers is None else {
+    # named for a head other than an LM head: PEFT's all-linear would adapt the head that its task trains in full
+    targets: dict[str, Any] = {"target_modules": "all-linear"} if layers is None and task_type == "CAUSAL_LM" else {
         "target_modules": block_linear_names(model), "layers_to_transform": adapted_blocks(model, layers)}
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type=task_type,
                       trainable_token_indices=trainable_tokens, **targets)
 
 

@@ -240,10 +240,10 @@ def estimate_sft(shape: ModelShape, sft: Any, *, cuda: bool) -> MemoryEstimate:
 
 def estimate_rl(shape: ModelShape, stage: Any, *, cuda: bool, name: str = "rl",
                 together: int | None = None) -> MemoryEstimate:
-    """An RL stage: the policy and its optimizer; the reference model (beta > 0); PPO's value model (trained, a
-    copy of the trunk); one micro-batch's activations; the rollouts' key/value cache (``together`` rollouts of
-    a step generated at a time, ``agent.batch_size``; None: all; up to ``max_length`` tokens each, in the
-    policy's float32)."""
+    """An RL stage: the policy and its optimizer; the reference model (beta > 0); PPO's value model (a copy of the
+    trunk, trained as the policy is: whole, or LoRA); one micro-batch's activations; the rollouts' key/value cache
+    (``together`` rollouts of a step generated at a time, ``agent.batch_size``; None: all; up to ``max_length``
+    tokens each, in the policy's float32)."""
     tokens = stage.micro_batch * stage.max_length
     blocks = _backward_blocks(stage)
     weights, optimizer = _trainable(shape, stage.method, stage.lora_r, blocks)
@@ -256,11 +256,13 @@ def estimate_rl(shape: ModelShape, stage: Any, *, cuda: bool, name: str = "rl",
              "KV cache": batch * stage.max_length * shape.kv_bytes_per_token(4)}
     if stage.beta > 0:
         parts["reference model"] = 4 * shape.parameters
-    if stage.algorithm == "ppo":
+    if stage.algorithm == "ppo":  # trained whole, or LoRA (and the head) when the policy is LoRA
         trunk = shape.parameters - shape.vocab * shape.hidden * (1 if shape.tied_embeddings else 2)
         critic = trunk + shape.vocab * shape.hidden  # input embeddings kept, a scalar head
-        parts["value model (+ AdamW)"] = 16 * critic + tokens * shape.activation_bytes_per_token(
-            stage.gradient_checkpointing, dtype_bytes)  # the critic is trained whole
+        share = 1.0 if blocks is None else min(blocks, shape.layers) / shape.layers
+        trained = critic if stage.method == "full" else int(shape.lora_parameters(stage.lora_r) * share)
+        parts["value model (+ AdamW)"] = 4 * critic + (4 * trained if stage.method == "lora" else 0) + 12 * trained \
+            + tokens * shape.activation_bytes_per_token(stage.gradient_checkpointing, dtype_bytes, blocks)
     notes = [f"{batch} of {rollouts} rollouts at a time x {stage.max_length} tokens"]
     return MemoryEstimate(stage=name, parts=parts, notes=notes)
 

@@ -170,14 +170,11 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
                             onnx_precision=params.agent.onnx_precision, sync_every=settings.sync_every,
                             max_same_call=params.agent.max_same_call,
                             start_onnx=lambda: onnx_agent_folder(start_folder, params))
-    rollouts_per_step = settings.questions_per_step * settings.num_generations
-    micro = micro_batch_size(rollouts_per_step, settings.micro_batch)
     config = GRPOConfig(
         output_dir=str(output.with_name(output.name + ".trainer")), max_steps=settings.max_steps,
         num_train_epochs=settings.epochs, learning_rate=settings.learning_rate, beta=settings.beta,
         epsilon=settings.epsilon, max_grad_norm=settings.max_grad_norm, num_generations=settings.num_generations,
-        # a step's rollouts in micro-batches (TRL's gradient accumulation over one generation batch: the same loss)
-        per_device_train_batch_size=micro, gradient_accumulation_steps=rollouts_per_step // micro,
+        **update_schedule(settings),
         temperature=settings.temperature, logging_steps=1, save_strategy="no",
         report_to="none", seed=settings.seed, bf16=use_bf16(settings.bf16, cuda=use_cuda), use_cpu=not use_cuda,
         max_completion_length=settings.max_length, disable_tqdm=not progress,
@@ -193,7 +190,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     common = dict(model=model, reward_funcs=rewards, args=config, train_dataset=dataset, processing_class=tokenizer,
                   peft_config=peft_config, rollouts=rollouts, stage=settings)
     if settings.algorithm == "ppo":
-        trainer = PPOToolTrainer(**common, value_model=_value_model(start_folder, params, tokenizer))
+        trainer = PPOToolTrainer(**common, value_model=value_model(model, settings, tokenizer))
     else:
         trainer = ToolGRPOTrainer(**common)
     rollouts.attach(trainer)  # backend vllm: the engine TRL made (validation rolls out before the first step)
@@ -269,8 +266,8 @@ def require_vllm(settings: RLStageParams, stage: int, served: Path, *, cuda: boo
 
 
 def _full_model_folder(folder: Path, params: Params) -> Path:
-    """The full model folder under a start model: the folder itself, or an adapter's base (the PPO critic's trunk;
-    what a vLLM server loads: the merged weights reach it with TRL's first sync)."""
+    """The full model folder under a start model: the folder itself, or an adapter's base (what a vLLM server
+    loads: the merged weights reach it with TRL's first sync)."""
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
         from pipelines.agent.models import adapter_base
 
@@ -278,12 +275,45 @@ def _full_model_folder(folder: Path, params: Params) -> Path:
     return folder
 
 
-def _value_model(folder: Path, params: Params, tokenizer: Any) -> Any:
-    """The PPO critic: the start model's trunk with a fresh scalar head (one value per token)."""
-    from transformers import AutoModelForTokenClassification
+def update_schedule(settings: RLStageParams) -> dict[str, int]:
+    """GRPOConfig's batch settings. A batch of rollouts (questions_per_step x num_generations) is generated once and
+    run in micro-batches of up to ``micro_batch`` (TRL's gradient accumulation: the same loss). With ppo, TRL's own
+    reuse of a generation batch gives the paper's minibatch epochs: ``steps_per_generation`` spans the batch, the
+    accumulation one of its ``ppo_minibatches`` (an optimizer step each), and ``num_iterations`` repeats the pass
+    ``ppo_epochs`` times against the log-probabilities the rollouts were generated with (so the clip acts)."""
+    rollouts = settings.questions_per_step * settings.num_generations
+    epochs, minibatches = (settings.ppo_epochs, settings.ppo_minibatches) if settings.algorithm == "ppo" else (1, 1)
+    micro = micro_batch_size(rollouts // minibatches, settings.micro_batch)
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": rollouts // minibatches // micro,
+            "steps_per_generation": rollouts // micro, "num_iterations": epochs}
 
-    critic = AutoModelForTokenClassification.from_pretrained(_full_model_folder(folder, params), num_labels=1)
-    if critic.get_input_embeddings().weight.shape[0] < len(tokenizer):
-        critic.resize_token_embeddings(len(tokenizer))
-    critic.config.pad_token_id = tokenizer.pad_token_id
+
+def value_model(policy: Any, settings: RLStageParams, tokenizer: Any) -> Any:
+    """The PPO critic, before the policy gets its adapter: the stage's start model as the policy was loaded (in
+    stage 3 the SFT model, an adapter merged onto its base) with a fresh scalar head, one value per token. A copy of
+    its weights (the policy trains its own); with a LoRA policy, a LoRA adapter and the head are what trains
+    (PEFT's TOKEN_CLS task), else the whole critic."""
+    import copy
+
+    from transformers import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
+
+    from pipelines.errors import ConfigError
+
+    head = MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING.get(type(policy.config), None)
+    if head is None:
+        raise ConfigError(f"algorithm: ppo needs a token-classification head for the critic; transformers has none "
+                          f"for model type {policy.config.model_type!r}")
+    config = copy.deepcopy(policy.config)
+    config.num_labels, config.pad_token_id = 1, tokenizer.pad_token_id
+    trunk = f"{policy.base_model_prefix}."
+    weights = {k: v.detach().clone() for k, v in policy.state_dict().items() if k.startswith(trunk)}
+    critic = head.from_pretrained(None, config=config, state_dict=weights, dtype=policy.dtype)
+    if settings.method == "lora":
+        from peft import get_peft_model
+
+        from pipelines.train.lora import cut_gradient_below, lora_config
+
+        critic = get_peft_model(critic, lora_config(critic, r=settings.lora_r, alpha=settings.lora_alpha,
+                                                    layers=settings.lora_layers, task_type="TOKEN_CLS"))
+        cut_gradient_below(critic, settings.lora_layers)
     return critic

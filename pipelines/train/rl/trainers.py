@@ -130,8 +130,11 @@ class ToolGRPOTrainer(GRPOTrainer):
 class PPOToolTrainer(ToolGRPOTrainer):
     """PPO (the Omne-R1 paper's algorithm): GAE advantages from a value model in place of the group baseline.
 
-    The critic is the base model's trunk with a scalar head (``AutoModelForTokenClassification``),
-    trained with its own optimizer on the clipped value loss each time the policy loss is computed.
+    The critic (``build.value_model``: the start model's trunk with a scalar head, a LoRA adapter on it when the
+    policy is LoRA) is trained with its own optimizer on the clipped value loss each time the policy loss is
+    computed, so it steps with every policy step: over each minibatch of each of ``ppo_epochs`` passes (TRL's
+    ``steps_per_generation`` and ``num_iterations``, set by ``build.update_schedule``), its old values and the GAE
+    targets fixed when the batch was generated.
     """
 
     def __init__(self, *args: Any, value_model: Any, **kwargs: Any) -> None:
@@ -181,10 +184,12 @@ class PPOToolTrainer(ToolGRPOTrainer):
         clipped = inputs["old_values"] + (values - inputs["old_values"]).clamp(-self.stage.epsilon,
                                                                                 self.stage.epsilon)
         value_loss = 0.5 * torch.max((values - inputs["returns"]) ** 2, (clipped - inputs["returns"]) ** 2)
-        # the masked mean over the whole step's rollouts, accumulated over its micro-batches: one critic step
-        # per policy step, on the gradient of that mean (as with the step in one micro-batch)
+        # the masked mean over the optimizer step's rollouts, accumulated over its micro-batches: one critic step
+        # per policy step, on the gradient of that mean. The total spans the generation batch; a step takes one of
+        # its minibatches, so it is scaled as TRL scales num_items_in_batch (loss_type dapo)
         total = inputs.get("value_mask_total")
-        count = mask.sum() if total is None else total.to(mask.device).float()
+        share = self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        count = mask.sum() if total is None else total.to(mask.device).float() * share
         value_loss = (value_loss * mask).sum() / count.clamp(min=1)
         value_loss.backward()
         self.value_loss_window += float(value_loss.detach())
