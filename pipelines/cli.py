@@ -711,7 +711,7 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
                                    f"`omne eval {ctx.invoked_subcommand}`")
         return
     from pipelines.agent.client import HttpToolClient
-    from pipelines.eval.runner import evaluate, evaluate_cached
+    from pipelines.eval.runner import evaluate, evaluate_cached, question_source
 
     if kgqa is None and (triples or kgqa_domain):
         raise click.UsageError("--triples and --kgqa-domain only apply with --kgqa")
@@ -727,14 +727,14 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
                                "are the KGQA file's")
     params = _with_domain_filter(_params(ctx), "eval", domains, exclude_domains)
     tools = HttpToolClient(tools_server, os.environ.get("OMNE_TOOLS_TOKEN")) if tools_server else None
+    source = question_source(params, split=split, limit=limit, kgqa=kgqa, triples=triples, kgqa_domain=kgqa_domain,
+                             kgqa_hops=kgqa_hops)
     if name and kgqa is None and tools is None:  # a named report of a split: reused while current
-        options = {k: v for k, v in {"split": split, "limit": limit, "protocol": protocol, "baseline": baseline,
-                                     "endpoint": endpoint}.items() if v is not None}
-        result = evaluate_cached(params, model, name=name, force=force, **options)
+        result = evaluate_cached(params, model, name=name, force=force, source=source, protocol=protocol,
+                                 baseline=baseline, endpoint=endpoint)
     else:
-        result = evaluate(params, model, split=split, limit=limit, protocol=protocol, baseline=baseline,
-                          endpoint=endpoint, tools=tools, name=name, kgqa=kgqa, triples=triples,
-                          kgqa_domain=kgqa_domain, kgqa_hops=kgqa_hops)
+        result = evaluate(params, model, source, protocol=protocol, baseline=baseline, endpoint=endpoint, tools=tools,
+                          name=name)
     print_eval_table([result.metrics])
     if result.kgqa:
         summary = result.kgqa
@@ -801,6 +801,40 @@ def run(ctx: click.Context, names: tuple[str, ...], force: bool, skip_eval: bool
     except QAChecksFailed as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(1)
+
+
+@cli.group("paper")
+def paper() -> None:
+    """The Omne-R1 paper's tables and figures, rebuilt from this project's runs (docs/paper.md)."""
+
+
+@paper.command("tables")
+@click.option("--table", "tables", type=click.IntRange(1, 8), multiple=True,
+              help="Table to build (repeatable; default: every table and figure).")
+@click.option("--figure", "figures", type=click.IntRange(2, 4), multiple=True,
+              help="Figure to draw (repeatable; default: every figure when no --table is given).")
+@click.option("--profile", type=click.Choice(["quick", "paper"]), help="Profile (default: omne's --profile).")
+@click.option("--force", is_flag=True, help="Retrain and re-evaluate even what is up to date.")
+@click.pass_context
+def paper_tables(ctx: click.Context, tables: tuple[int, ...], figures: tuple[int, ...], profile: str | None,
+                 force: bool) -> None:
+    """Build the models and reports each table needs (the run's own reused, variants under paper-* names) and write
+    artifacts/reports/paper/table<N>.md/.json and figure<N>.png/.json in the paper's layout, accuracies with their
+    Wilson 95% intervals."""
+    from pipelines.paper import FIGURES, TABLES, build_paper_tables
+    from pipelines.run import QAChecksFailed
+
+    params = load_params(ctx.obj["params_path"], profile or ctx.obj["profile"])
+    chosen = (tables, figures) if tables or figures else (TABLES, FIGURES)
+    try:
+        result = build_paper_tables(params, *chosen, force=force)
+    except QAChecksFailed as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(1)
+    for table in result.tables:
+        click.echo(table.markdown())
+    for path in result.files:
+        click.echo(f"wrote {path}")
 
 
 @cli.command("memory")

@@ -1,8 +1,9 @@
 """Manifests: what every artifact folder records about how it was made (hashes, params, code, time).
 
-Every build step (CLI, Dagster asset, DVC stage) writes one with the artifact and compares its input
-fingerprint before building, so that work already done is reused (``up_to_date``); the lineage audit
-(``pipelines.lineage``) walks them back to the KG sources; Dagster shows them as metadata.
+Every build step (CLI, Dagster asset, DVC stage) goes through one :class:`ArtifactBuild`: it compares the
+input fingerprint before building, so that work already done is reused, and writes the artifact and its
+manifest atomically; the lineage audit (``pipelines.lineage``) walks them back to the KG sources; Dagster
+shows them as metadata.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines import __version__
-from pipelines.atomic import atomic_write_text
+from pipelines.atomic import atomic_directory, atomic_write_text
+from pipelines.crashsafe import owned_folder
 from pipelines.errors import ArtifactMissingError
 
 MANIFEST_NAME = "manifest.json"
@@ -99,14 +104,6 @@ def read_manifest(folder: Path) -> Manifest | None:
     return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-def up_to_date(folder: Path, inputs: dict[str, str], params: dict) -> Manifest | None:
-    """The artifact's manifest when it was built from these inputs and params (so it can be reused)."""
-    manifest = read_manifest(folder)
-    if manifest is not None and manifest.input_fingerprint == fingerprint(inputs, params):
-        return manifest
-    return None
-
-
 def manifest_inputs(folder: Path, root: Path, what: str, only: set[str] | None = None) -> dict[str, str]:
     """The files of a built artifact's manifest as a consumer's inputs (path -> sha256), all or ``only`` those
     named; ``what`` names the artifact and how to build it in the error when it is not built."""
@@ -145,3 +142,89 @@ class BuildResult(BaseModel):
     manifest: Manifest
     skipped: bool = False  # True: up to date, nothing was built
     domain: str | None = None  # the domain of a per-domain artifact; None for cross-domain ones (dataset, models)
+
+
+@dataclass
+class ArtifactDraft:
+    """The temporary folder a build writes into, and what its manifest will say of it."""
+
+    folder: Path
+    files: list[Path] | dict[str, str] | None = None  # the data files (hashed), name -> hash, or None: every file
+    rows: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # what does not decide a rebuild: stats, times, usage
+
+    def record(self, *, files: list[Path] | dict[str, str] | None = None, rows: dict[str, int] | None = None,
+               metadata: dict[str, Any] | None = None) -> None:
+        """Set what the manifest records (only the fields given)."""
+        if files is not None:
+            self.files = files
+        self.rows.update(rows or {})
+        self.metadata.update(metadata or {})
+
+    def hashes(self) -> dict[str, str]:
+        if isinstance(self.files, dict):
+            return dict(self.files)
+        paths = self.files if self.files is not None else sorted(
+            p for p in self.folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
+        return sha256_files(paths, self.folder)
+
+
+class ArtifactBuild:
+    """One build step's artifact: the fingerprint of what shapes it, the reuse of a current one, and the write.
+
+    Every build goes through one, so "up to date" means one thing everywhere (same kind, same fingerprint of
+    ``inputs`` and ``params``), and an artifact appears whole with its manifest or not at all::
+
+        build = ArtifactBuild(folder, "seed_subgraphs", inputs, params, domain=domain)
+        if manifest := build.reusable(force):
+            return build.result(manifest, skipped=True)
+        with build.writing() as draft:
+            write_the_files(draft.folder)
+            draft.record(files=[...], rows={...}, metadata={...})
+        return build.result(build.manifest)
+
+    Time figures and other run-to-run noise go to ``metadata``, never ``params``: they would change the fingerprint.
+    """
+
+    def __init__(self, folder: Path, kind: str, inputs: Mapping[str, str], params: Mapping[str, Any], *,
+                 domain: str | None = None, owned: bool = False) -> None:
+        self.folder, self.kind, self.domain, self.owned = folder, kind, domain, owned
+        self.inputs, self.params = dict(inputs), dict(params)
+        self.fingerprint = fingerprint(self.inputs, self.params)
+        self._manifest: Manifest | None = None
+
+    def reusable(self, force: bool = False) -> Manifest | None:
+        """The built artifact's manifest when it was made from these inputs and params (None: build it)."""
+        if force:
+            return None
+        manifest = read_manifest(self.folder)
+        if manifest is not None and manifest.kind == self.kind and manifest.input_fingerprint == self.fingerprint:
+            return manifest
+        return None
+
+    @contextmanager
+    def writing(self) -> Iterator[ArtifactDraft]:
+        """Yield a draft whose empty temporary folder replaces ``folder`` when the block ends, with its manifest.
+
+        On an error the temporary folder is removed and the previous artifact stays whole. ``owned``: the
+        temporary folder names this process while the block runs (a killed build's leftover is recognised).
+        """
+        with atomic_directory(self.folder) as tmp:
+            draft = ArtifactDraft(tmp)
+            with owned_folder(tmp) if self.owned else nullcontext(tmp):
+                yield draft
+            self._manifest = new_manifest(self.kind, domain=self.domain, files=draft.hashes(), inputs=self.inputs,
+                                          params=self.params, rows=draft.rows, metadata=draft.metadata)
+            write_manifest(tmp, self._manifest)
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest ``writing`` wrote."""
+        if self._manifest is None:
+            raise RuntimeError(f"{self.folder}: not written yet (use ArtifactBuild.writing)")
+        return self._manifest
+
+    def result(self, manifest: Manifest | None = None, *, skipped: bool = False) -> BuildResult:
+        """The step's :class:`BuildResult` (default: the manifest just written)."""
+        return BuildResult(folder=self.folder, manifest=manifest or self.manifest, skipped=skipped,
+                           domain=self.domain)

@@ -16,7 +16,7 @@ from pipelines.errors import ArtifactMissingError
 from pipelines.eval.compare import ComparisonError, compare_reports, report_folder
 from pipelines.eval.metrics import evaluate_trajectories
 from pipelines.eval.report import read_metrics, write_report
-from pipelines.eval.runner import evaluate, load_split
+from pipelines.eval.runner import SplitSource, evaluate, load_split
 from pipelines.eval.stats import mcnemar_exact
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
@@ -43,8 +43,8 @@ def two_runs(solar_qa: Params) -> tuple[Params, list[str]]:
     """Reports "all-right" (every train question right) and "first-right" (only the first, by id) of the split."""
     ids = sorted(p.id for p in load_split(solar_qa, "train"))
     for name, right in (("all-right", set(ids)), ("first-right", {ids[0]})):
-        evaluate(solar_qa, client=ScriptedChatClient(answers_right_on(solar_qa, right), model=name), split="train",
-                 limit=50, progress=False, name=name)
+        evaluate(solar_qa, "base", SplitSource.load(solar_qa, "train", 50),
+                 client=ScriptedChatClient(answers_right_on(solar_qa, right), model=name), progress=False, name=name)
     return solar_qa, ids
 
 

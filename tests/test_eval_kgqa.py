@@ -23,7 +23,7 @@ from pipelines.eval.contexts import GRAPH_HEADER, graph_context, neighbourhood
 from pipelines.eval.kgqa import resolve_question
 from pipelines.eval.kgqa_formats import KGQAFormatError, load_kgqa, read_kgqa
 from pipelines.eval.kgqa_workspace import build_kgqa_domain, kgqa_params, slug
-from pipelines.eval.runner import evaluate
+from pipelines.eval.runner import evaluate, question_source
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
 from pipelines.manifest import read_manifest
@@ -311,9 +311,10 @@ def walking_policy(request: ChatRequest) -> str:
             f'<tool_call>node_info(node_name="{pending[0]}", graph_type="{graph_type}")</tool_call>')
 
 
-def _evaluate(params: Params, policy, name: str, **options):  # noqa: ANN001, ANN202
-    return evaluate(params, client=ScriptedChatClient(policy, model=name), kgqa=params.root / "external" / "simple.jsonl",
-                    triples=params.root / "external" / "mini_kg.tsv", progress=False, name=name, **options)
+def _evaluate(params: Params, policy, name: str, limit: int):  # noqa: ANN001, ANN202
+    source = question_source(params, kgqa=params.root / "external" / "simple.jsonl",
+                             triples=params.root / "external" / "mini_kg.tsv", limit=limit)
+    return evaluate(params, "base", source, client=ScriptedChatClient(policy, model=name), progress=False, name=name)
 
 
 def test_a_policy_that_walks_to_every_answer_scores_hit1_and_f1_one(kgqa_project: Params, mini) -> None:  # noqa: ANN001
@@ -361,8 +362,9 @@ def test_episodes_cannot_reach_entities_outside_their_subgraph(kgqa_project: Par
 
 def test_the_graph_baseline_puts_the_scoped_subgraph_in_the_prompt(kgqa_project: Params, mini) -> None:  # noqa: ANN001
     client = ScriptedChatClient(lambda r: "<answer>Honolulu</answer>")
-    evaluate(kgqa_project, client=client, kgqa=kgqa_project.root / "external" / "simple.jsonl",
-             kgqa_domain="mini_kg", baseline="graph", limit=20, progress=False, name="kgqa-graph")
+    source = question_source(kgqa_project, kgqa=kgqa_project.root / "external" / "simple.jsonl", kgqa_domain="mini_kg",
+                             limit=20)
+    evaluate(kgqa_project, "base", source, client=client, baseline="graph", progress=False, name="kgqa-graph")
     prompt = next(r.messages[1]["content"] for r in client.requests if "barack obama born" in r.messages[1]["content"])
     triples = json.loads(prompt.split("(head, relation, tail):\n", 1)[1].split("\n\n")[0])
     assert ["Barack Obama", "people.person.place_of_birth", "Honolulu"] in triples

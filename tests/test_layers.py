@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"agent"},
     {"eval"},
     {"train"},
-    {"stages", "run", "tables", "dvc_lock", "cli"},
+    {"stages", "run", "tables", "dvc_lock", "paper", "cli"},
 ]
 LAYER_OF = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 

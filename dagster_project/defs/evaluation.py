@@ -12,7 +12,7 @@ from dagster_project.defs.factory import stage_asset
 from dagster_project.defs.metadata import data_version, manifest_metadata
 from dagster_project.defs.resources import GPU_POOL, GPU_TAGS, OmneResource
 from pipelines.eval.report import METRICS_FILE, PLOTS_DIR
-from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME, evaluate, evaluate_cached
+from pipelines.eval.runner import BASE_REPORT_MODEL, BASE_REPORT_NAME, evaluate, evaluate_cached, question_source
 from pipelines.manifest import read_manifest
 
 
@@ -30,12 +30,12 @@ class EvalConfig(dg.Config):
 def eval_report(context: dg.AssetExecutionContext, config: EvalConfig, omne: OmneResource) -> dg.MaterializeResult:
     """EM / F1 / Hit@1 per bucket, hop and domain, efficiency and behaviour metrics, report.html."""
     params = omne.params()
-    options = {k: v for k, v in {"split": config.split, "limit": config.limit, "protocol": config.protocol,
-                                 "baseline": config.baseline}.items() if v}
-    if config.model == BASE_REPORT_MODEL and not options:  # the report `omne run` and DVC's eval_report make
-        result = evaluate_cached(params, config.model, name=BASE_REPORT_NAME, progress=False)
+    if config.model == BASE_REPORT_MODEL and not (config.split or config.limit or config.protocol or config.baseline):
+        result = evaluate_cached(params, config.model, name=BASE_REPORT_NAME, progress=False)  # `omne run`'s and DVC's
     else:
-        result = evaluate(params, config.model, progress=False, **options)
+        source = question_source(params, split=config.split or None, limit=config.limit or None)
+        result = evaluate(params, config.model, source, protocol=config.protocol or None,
+                          baseline=config.baseline or None, progress=False)
     metrics = result.metrics
     rows = ["| group | n | EM | F1 | Hit@1 |", "|---|---:|---:|---:|---:|"]
     for label, scores in [("all", metrics.overall), *((f"bucket {k}", v) for k, v in metrics.by_bucket.items()),

@@ -12,7 +12,8 @@
   with the metrics tables, the plots and a trajectory viewer that works from ``file://``; its page,
   CSS and JS are package files (``report_assets/``, read with :mod:`importlib.resources`, so an
   installed package has them too) that are inlined into each report;
-- ``manifest.json``: kind ``eval_report``, the inputs, params and the flat numbers as metadata.
+- ``manifest.json``: kind ``eval_report``, the inputs, params and, as metadata, the flat numbers and the time
+  figures (``wall_time_s``), which must not decide whether the report is current.
 
 The folder is written atomically: a failed report never leaves a half-written folder behind.
 Model text is data: the page renders it with ``textContent`` only, and the embedded JSON is escaped
@@ -34,7 +35,6 @@ from typing import Any
 
 from pipelines.agent.protocols import PROTOCOLS
 from pipelines.agent.trajectory import Trajectory
-from pipelines.atomic import atomic_directory
 from pipelines.eval.schema import (
     BUCKETS,
     HEADLINE_FIELDS,
@@ -45,10 +45,11 @@ from pipelines.eval.schema import (
     EvalMetrics,
     Scores,
 )
-from pipelines.manifest import Manifest, new_manifest, sha256_files, write_manifest
+from pipelines.manifest import ArtifactBuild
 from pipelines.qa.models import GoldPath, GoldPathItem
 from pipelines.qa.report import QAReport
 
+REPORT_KIND = "eval_report"
 METRICS_FILE = "metrics.json"
 SUMMARY_FILE = "summary.json"  # the flat numbers alone: what `dvc metrics show` tabulates best
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -87,16 +88,18 @@ _TAG_RE = re.compile(r"<(/?)(" + "|".join(re.escape(t) for t in _PART_KIND) + r"
 
 def write_report(folder: Path, metrics: EvalMetrics, trajectories: list[Trajectory], *,
                  gold_paths: dict[str, GoldPath] | None, inputs: dict[str, str], params: dict,
-                 qa_quality: QAReport | None = None) -> Path:
+                 qa_quality: QAReport | None = None, metadata: dict[str, Any] | None = None) -> Path:
     """Write the report of one evaluation run into ``folder`` (artifacts/reports/<run>/), atomically.
 
     ``gold_paths`` maps a QA id to its gold paths (shown beside each episode; None: none known).
-    ``inputs`` (path -> sha256) and ``params`` go into the manifest as they are; ``qa_quality`` (the QA
+    ``inputs`` (path -> sha256) and ``params`` go into the manifest as they are (its fingerprint: what
+    ``evaluate_cached`` compares), ``metadata`` (time figures) beside the flat numbers; ``qa_quality`` (the QA
     dataset's quality report, pipelines.qa.report) becomes the page's "Questions" section. Returns ``folder``.
     """
     gold_paths = gold_paths or {}
     summary = flat_metrics(metrics)
-    with atomic_directory(folder) as tmp:
+    with ArtifactBuild(folder, REPORT_KIND, inputs, params).writing() as draft:
+        tmp = draft.folder
         (tmp / METRICS_FILE).write_text(metrics_json(metrics, summary), encoding="utf-8")
         (tmp / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         with (tmp / PREDICTIONS_FILE).open("w", encoding="utf-8") as handle:
@@ -109,15 +112,10 @@ def write_report(folder: Path, metrics: EvalMetrics, trajectories: list[Trajecto
             (tmp / PLOTS_DIR / f"{name}.png").write_bytes(png)
         (tmp / HTML_FILE).write_text(render_html(metrics, trajectories, gold_paths, plots, summary, qa_quality),
                                      encoding="utf-8")
-        data_files = sorted(p for p in tmp.rglob("*") if p.is_file())
         correct = sum(t.correct is True for t in trajectories)
-        manifest: Manifest = new_manifest(
-            "eval_report", files=sha256_files(data_files, tmp), inputs=dict(inputs), params=dict(params),
-            rows={"episodes": len(trajectories), "questions": len({t.qa_id for t in trajectories}),
-                  "correct": correct, "wrong": len(trajectories) - correct},
-            metadata=summary,
-        )
-        write_manifest(tmp, manifest)
+        draft.record(rows={"episodes": len(trajectories), "questions": len({t.qa_id for t in trajectories}),
+                           "correct": correct, "wrong": len(trajectories) - correct},  # files: every file written
+                     metadata={**summary, **(metadata or {})})
     return folder
 
 

@@ -12,7 +12,6 @@ triples, as EoG did). Greedy decoding by default; the prediction is the last ``<
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import time
@@ -24,7 +23,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipelines.agent.client import InProcessToolClient, ToolClient
-from pipelines.agent.protocols import PROTOCOLS, DirectProtocol, Protocol
+from pipelines.agent.models import load_agent_model, resolve_model_folder
+from pipelines.agent.protocols import PROMPT_VERSION, PROTOCOLS, DirectProtocol, Protocol
 from pipelines.agent.rollout import RolloutParams, Task
 from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS, KGToolbox
 from pipelines.agent.trajectory import Trajectory
@@ -32,11 +32,13 @@ from pipelines.config import Params
 from pipelines.errors import ArtifactMissingError
 from pipelines.eval.contexts import BASELINES, NO_TOOL_BASELINES, pair_graph_context, retrieval_context
 from pipelines.eval.kgqa import prepare_kgqa
+from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
+from pipelines.eval.report import REPORT_KIND, read_metrics, write_report
 from pipelines.eval.source import QuestionSource
-from pipelines.layout import qa_dir, report_dir
+from pipelines.layout import kg_dir, qa_dir, report_dir
 from pipelines.llm.base import ChatClient
 from pipelines.llm.generation import generation_work
-from pipelines.manifest import read_manifest, relative_path
+from pipelines.manifest import ArtifactBuild, model_identity, read_manifest, relative_path
 from pipelines.qa.build import GOLD_FILE, read_jsonl
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.report import QAReport, qa_quality_report
@@ -52,6 +54,7 @@ class EvalResult(BaseModel):
     metrics: Any  # EvalMetrics
     trajectories: list[Trajectory]
     kgqa: dict[str, Any] | None = None  # an external KGQA set: its coverage summary (KGQASet.summary)
+    skipped: bool = False  # True: a current report reused (evaluate_cached), nothing rolled out
 
 
 def load_split(params: Params, split: str, selection: str | None = None) -> list[QAPair]:
@@ -128,7 +131,7 @@ def make_tasks(pairs: list[QAPair], toolbox: KGToolbox | None, params: Params, b
 @dataclass
 class SplitSource(QuestionSource):
     """The project's own QA split: a stable sample of its pairs (``limit`` per bucket), their gold paths,
-    and a toolbox over their domains; the report's inputs are the split and gold-path files it read."""
+    and a toolbox over their domains; the report's inputs are the QA dataset's files and the KGs of its domains."""
 
     params: Params
     split: str
@@ -138,15 +141,16 @@ class SplitSource(QuestionSource):
 
     @classmethod
     def load(cls, params: Params, split: str, limit: int | None) -> SplitSource:
-        """Sample the split and load the KG of its domains (an error when the split has no questions)."""
+        """Sample the split (an error when it has no questions); the KG of its domains loads with the tasks,
+        so that a current report is found without loading it (``evaluate_cached``)."""
         pairs = stable_sample(load_split(params, split, "eval"), limit, params.eval.seed)
         if not pairs:
             raise ArtifactMissingError(f"the {split} split has no questions")
         toolbox = KGToolbox(params, sorted({p.domain for p in pairs}))
-        toolbox.load_all()
         return cls(params=params, split=split, limit=limit, pairs=pairs, toolbox=toolbox)
 
     def tasks(self, params: Params, baseline: str | None, samples: int) -> list[Task]:
+        self.toolbox.load_all()  # before the rollouts: loading is not their latency
         return make_tasks(self.pairs, self.toolbox, params, baseline, samples)
 
     def gold_paths(self) -> dict[str, GoldPath]:
@@ -160,17 +164,23 @@ class SplitSource(QuestionSource):
             return None
 
     def inputs(self, root: Path) -> dict[str, str]:
-        folder = qa_dir(self.params.artifacts_dir, "dataset")
-        dataset = read_manifest(folder)
-        return {relative_path(folder / f, root): sha for f, sha in (dataset.files.items() if dataset else [])
-                if f in (f"{self.split}.jsonl", GOLD_FILE)}
+        """The QA dataset's files (the questions, gold paths and the quality figures) and the KG files of the
+        questions' domains (what the tools answer from), as their manifests list them."""
+        folders = [qa_dir(self.params.artifacts_dir, "dataset"),
+                   *(kg_dir(self.params.artifacts_dir, d) for d in sorted({p.domain for p in self.pairs}))]
+        inputs: dict[str, str] = {}
+        for folder in folders:
+            manifest = read_manifest(folder)
+            inputs |= {relative_path(folder / f, root): sha for f, sha in (manifest.files.items() if manifest else [])}
+        return inputs
 
 
 def question_source(params: Params, *, split: str | None = None, limit: int | None = None,
                     kgqa: str | Path | None = None, triples: str | Path | None = None, kgqa_domain: str | None = None,
                     kgqa_hops: int = 2) -> QuestionSource:
-    """The questions of ``evaluate``'s options: those of a KGQA file (``kgqa``; ``limit`` questions, a
-    stable sample) or else of a split (default params.eval.split; ``limit`` per bucket)."""
+    """The questions an evaluation asks: those of a KGQA file (``kgqa``; ``limit`` questions, a stable sample) or
+    else of a split (default params.eval.split; ``limit`` per bucket); ``limit`` defaults to params.eval.limit."""
+    limit = limit if limit is not None else params.eval.limit
     if kgqa is not None:
         return prepare_kgqa(params, kgqa, triples=triples, domain=kgqa_domain, hops=kgqa_hops, limit=limit,
                             seed=params.eval.seed)
@@ -202,29 +212,16 @@ def run_name(model: str, protocol: str, baseline: str | None, split: str) -> str
     return re.sub(r"[^a-z0-9_.-]+", "-", f"{Path(model).name}-{label}-{split}".lower()).strip("-")
 
 
-def evaluate(params: Params, model: str = "base", *, split: str | None = None, limit: int | None = None,
-             protocol: str | None = None, baseline: str | None = None, endpoint: str | None = None,
-             tools: ToolClient | None = None, client: ChatClient | None = None, name: str | None = None,
-             progress: bool = True, kgqa: str | Path | None = None, triples: str | Path | None = None,
-             kgqa_domain: str | None = None, kgqa_hops: int = 2, source: QuestionSource | None = None) -> EvalResult:
-    """Roll out, score and report; the report folder is artifacts/reports/<run>/.
-
-    The questions come from ``source``, or else from the options (:func:`question_source`): a split,
-    or with ``kgqa`` (a WebQSP/CWQ/GrailQA/QALD-style file) that file's questions on the KG of
-    ``triples`` (domain ``kgqa_domain``), each episode's tools restricted to the ``kgqa_hops`` subgraph
-    around its topic entities (pipelines.eval.kgqa); ``limit`` is then the number of questions (a
-    stable sample).
-    """
-    from pipelines.agent.models import load_agent_model
-    from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
-    from pipelines.eval.report import write_report
-
+def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: str | None = None,
+             baseline: str | None = None, endpoint: str | None = None, tools: ToolClient | None = None,
+             client: ChatClient | None = None, name: str | None = None, progress: bool = True) -> EvalResult:
+    """Roll ``model`` out on ``source``'s questions (:func:`question_source` builds one from a split or a KGQA
+    file), score and report; the report folder is artifacts/reports/<run>/. Always evaluates:
+    :func:`evaluate_cached` reuses a current report instead."""
     protocol = protocol or params.agent.protocol
     if baseline is not None and baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
-    if source is None:
-        source = question_source(params, split=split, limit=limit if limit is not None else params.eval.limit,
-                                 kgqa=kgqa, triples=triples, kgqa_domain=kgqa_domain, kgqa_hops=kgqa_hops)
+    identity = model_key(params, model, endpoint=endpoint, client=client)
     chat = client or load_agent_model(model, params, endpoint=endpoint)
     the_protocol = make_protocol(params, protocol, baseline)
     tool_client = tools or InProcessToolClient(source.toolbox) if the_protocol.uses_tools else None
@@ -259,44 +256,48 @@ def evaluate(params: Params, model: str = "base", *, split: str | None = None, l
 
         metrics.judge = judge_answers(trajectories, build_chat_client(params), params.llm,
                                       progress=progress).model_dump()
-    shaping = {"model": chat.model, "protocol": protocol, "baseline": baseline, "split": source.split,
-               "limit": source.limit, "agent": params.agent.result_settings(), "eval": params.section("eval"),
-               "profile": params.profile, "wall_time_s": round(time.perf_counter() - started, 2),
-               **source.report_params(params.root)}
-    folder = write_report(report_dir(params.artifacts_dir, run), metrics, trajectories, gold_paths=gold,
-                          inputs=source.inputs(params.root), params=shaping, qa_quality=source.qa_quality())
+    build = report_build(params, report_dir(params.artifacts_dir, run), identity, source, protocol=protocol,
+                         baseline=baseline, endpoint=endpoint)
+    folder = write_report(build.folder, metrics, trajectories, gold_paths=gold, inputs=build.inputs,
+                          params=build.params, qa_quality=source.qa_quality(),
+                          metadata={"wall_time_s": round(time.perf_counter() - started, 2)})
     return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=source.summary(params.root))
 
 
+def model_key(params: Params, model: str, *, endpoint: str | None = None, client: ChatClient | None = None) -> str:
+    """The evaluated model as the report's params name it, known before it loads: a local folder's weights
+    identity (``manifest.model_identity``: a new checkpoint is a new model), else the endpoint's or client's name."""
+    if client is not None:
+        return client.model
+    if endpoint:
+        return model
+    return model_identity(resolve_model_folder(model, params))
+
+
+def report_build(params: Params, folder: Path, model: str, source: QuestionSource, *, protocol: str,
+                 baseline: str | None, endpoint: str | None = None) -> ArtifactBuild:
+    """The report as an artifact: its inputs are what the source read, its params what shapes its numbers (the
+    model's identity, prompt version, agent / eval / tools settings, the source's split, limit and params). Time
+    figures are not among them (``evaluate`` puts them in the manifest's metadata), so a rerun can reuse it."""
+    shaping = {"model": model, "protocol": protocol, "baseline": baseline, "split": source.split,
+               "limit": source.limit, "agent": params.agent.result_settings(), "eval": params.section("eval"),
+               "tools": params.section("tools"), "profile": params.profile, "prompt_version": PROMPT_VERSION,
+               **({"endpoint": endpoint} if endpoint else {}), **source.report_params(params.root)}
+    return ArtifactBuild(folder, REPORT_KIND, source.inputs(params.root), shaping)
+
+
 def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bool = False, progress: bool = True,
-                    **options: Any) -> EvalResult:
-    """``evaluate`` unless the report ``name`` was already made from the same inputs and settings (make run's
-    rerun stays fast); the model's identity is part of the settings, so a new checkpoint re-evaluates."""
-    from pipelines.agent.models import resolve_model_folder
-    from pipelines.agent.protocols import PROMPT_VERSION
-    from pipelines.eval.report import read_metrics
-    from pipelines.manifest import model_identity
-
-    folder = report_dir(params.artifacts_dir, name)
-    manifest = read_manifest(folder)
-    identity = model_identity(resolve_model_folder(model, params)) if not options.get("endpoint") else model
-    wanted = {"agent": params.agent.result_settings(), "eval": params.section("eval"), "tools": params.section("tools"),
-              "profile": params.profile, "prompt_version": PROMPT_VERSION,
-              "model": identity, **{k: v for k, v in options.items() if isinstance(v, str | int | None)}}
-    dataset = read_manifest(qa_dir(params.artifacts_dir, "dataset"))
-    if (not force and manifest is not None and dataset is not None
-            and manifest.metadata.get("cache_key") == _cache_key(wanted, dataset.files)):
-        return EvalResult(folder=folder, metrics=read_metrics(folder), trajectories=[])
-    result = evaluate(params, model, name=name, progress=progress, **options)
-    manifest = read_manifest(folder)
-    if manifest is not None and dataset is not None:
-        from pipelines.manifest import write_manifest
-
-        manifest.metadata["cache_key"] = _cache_key(wanted, dataset.files)
-        write_manifest(folder, manifest)
-    return result
-
-
-def _cache_key(settings: dict[str, Any], dataset_files: dict[str, str]) -> str:
-    blob = json.dumps({"settings": settings, "dataset": dataset_files}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+                    source: QuestionSource | None = None, split: str | None = None, limit: int | None = None,
+                    protocol: str | None = None, baseline: str | None = None,
+                    endpoint: str | None = None) -> EvalResult:
+    """``evaluate`` unless the report ``name`` was already made from the same inputs and params (make run's rerun
+    stays fast); the model's identity is among the params, so a new checkpoint re-evaluates. The questions:
+    ``source``, else those of ``split`` (default eval.split) and ``limit``."""
+    source = source or question_source(params, split=split, limit=limit)
+    protocol = protocol or params.agent.protocol
+    build = report_build(params, report_dir(params.artifacts_dir, name), model_key(params, model, endpoint=endpoint),
+                         source, protocol=protocol, baseline=baseline, endpoint=endpoint)
+    if build.reusable(force):
+        return EvalResult(folder=build.folder, metrics=read_metrics(build.folder), trajectories=[], skipped=True)
+    return evaluate(params, model, source, protocol=protocol, baseline=baseline, endpoint=endpoint, name=name,
+                    progress=progress)

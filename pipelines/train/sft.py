@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.agent.protocols import THINK_CLOSE, THINK_OPEN
-from pipelines.atomic import atomic_directory
 from pipelines.crashsafe import pause_point
-from pipelines.manifest import BuildResult, fingerprint, new_manifest, read_manifest, sha256_files, write_manifest
+from pipelines.manifest import ArtifactBuild, BuildResult
 from pipelines.train.precision import use_bf16
 
 if TYPE_CHECKING:
@@ -285,12 +284,11 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                   "base_model": model_identity(base_model_folder)}
     # the sweep's settings are not this model's; memory-only settings leave the model as it is
     shaping = params.result_settings(exclude={"sweep_weights", "sweep_max_steps"})
-    input_fingerprint = fingerprint(all_inputs, shaping)
-    if not force:  # before importing the trainer (~4 s of torch, transformers and TRL): a rerun only checks this
-        manifest = read_manifest(output_folder)
-        if manifest is not None and manifest.input_fingerprint == input_fingerprint:
-            return BuildResult(folder=output_folder, manifest=manifest, skipped=True)
-    checkpoints = checkpoint_folder(output_folder, input_fingerprint)
+    build = ArtifactBuild(output_folder, "sft_model", all_inputs, shaping)
+    # before importing the trainer (~4 s of torch, transformers and TRL): a rerun only checks this
+    if manifest := build.reusable(force):
+        return build.result(manifest, skipped=True)
+    checkpoints = checkpoint_folder(output_folder, build.fingerprint)
     drop_stale_checkpoints(output_folder, keep=None if force else checkpoints)  # force: start over
 
     import torch
@@ -321,7 +319,8 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                                   layers=params.lora_layers, trainable_tokens=trainable_token_rows(model, new_tokens))
         cut_gradient_below(model, params.lora_layers)  # backward ends at the first adapted block
 
-    with atomic_directory(output_folder) as tmp:
+    with build.writing() as draft:
+        tmp = draft.folder
         config = SFTConfig(
             output_dir=str(checkpoints), seed=params.seed, data_seed=params.seed,
             num_train_epochs=params.epochs, max_steps=params.max_steps,
@@ -410,9 +409,7 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
             # tokens and runtime above count from here: the steps before it ran in a killed process
             "resumed_from_step": checkpoint_step(resume) if resume is not None else None,
         }
-        files = sorted(p for p in tmp.rglob("*") if p.is_file())
-        manifest = new_manifest(
-            "sft_model", files=sha256_files(files, tmp), inputs=all_inputs, params=shaping,
+        draft.record(  # files: every file written
             rows={"conversations": len(conversations), "train_examples": len(prepared),
                   "dropped_examples": len(conversations) - len(prepared),
                   "overlong_examples": overlong,
@@ -421,13 +418,12 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                   "train_tokens": sum(lengths), "assistant_tokens": assistant_tokens,
                   "trainable_parameters": trainable_params, "steps": int(trainer.state.global_step)},
             metadata=metrics)
-        write_manifest(tmp, manifest)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is written: nothing left to resume
     del trainer, model
     release_memory()  # the next stage of the same process (make run) starts without this trainer and model
     log.info("SFT model written to %s (%s steps, final loss %s)", output_folder, metrics["steps"],
              metrics["final_loss"])
-    return BuildResult(folder=output_folder, manifest=manifest)
+    return build.result()
 
 
 def checkpoint_folder(output_folder: Path, input_fingerprint: str) -> Path:

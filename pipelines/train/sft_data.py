@@ -492,11 +492,10 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     """
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.tools import KGToolbox
-    from pipelines.atomic import atomic_directory
     from pipelines.domains import load_registry
     from pipelines.eval.runner import load_gold_paths, load_split
     from pipelines.layout import kg_dir, qa_dir
-    from pipelines.manifest import BuildResult, manifest_inputs, new_manifest, sha256_files, up_to_date, write_manifest
+    from pipelines.manifest import ArtifactBuild, manifest_inputs
     from pipelines.qa.build import relation_graph, write_jsonl
 
     settings = params.sft_data
@@ -516,8 +515,9 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                "teacher": getattr(teacher, "model", None)}
     if thinker is not None:  # (only then: the fingerprints of the other thinking modes stay as they were)
         shaping["thinker"] = getattr(thinker, "model", None)
-    if not force and (manifest := up_to_date(folder, inputs, shaping)):
-        return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=True)
+    build = ArtifactBuild(folder, "sft_conversations", inputs, shaping)
+    if manifest := build.reusable(force):
+        return build.result(manifest, skipped=True)
     train_ids = {p.id for p in pairs}  # (the agent source: every train question, not only the sampled ones)
     registry = load_registry(params.registry_path)
     if settings.max_per_bucket is not None:
@@ -598,21 +598,18 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             records += kept
     problems = {r.id: format_problems(r) for r in records}
     bad = {k: v for k, v in problems.items() if v}
-    with atomic_directory(folder) as tmp:
-        write_jsonl(tmp / CONVERSATIONS_FILE, records)
-        manifest = new_manifest(
-            "sft_conversations", files=sha256_files([tmp / CONVERSATIONS_FILE], tmp), inputs=inputs,
-            params=shaping, rows={"conversations": len(records), "skipped_pairs": skipped,
-                                 "misspelled_start": sum(r.id.endswith("-m") for r in records),
-                                 "not_found_recovery": sum(r.id.endswith("-r") for r in records),
-                                 "loop_recovery": sum(r.id.endswith("-l") for r in records),
-                                 "renamed_graph": sum(r.domain is not None for r in records)},
-            metadata={"stats": conversation_stats(records), "format_problems": len(bad),
-                      "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,
-                      "teacher": teacher_stats, "llm_thinking": thinking_stats},
-        )
-        write_manifest(tmp, manifest)
-    return BuildResult(domain=None, folder=folder, manifest=manifest, skipped=False)
+    with build.writing() as draft:
+        write_jsonl(draft.folder / CONVERSATIONS_FILE, records)
+        draft.record(files=[draft.folder / CONVERSATIONS_FILE],
+                     rows={"conversations": len(records), "skipped_pairs": skipped,
+                           "misspelled_start": sum(r.id.endswith("-m") for r in records),
+                           "not_found_recovery": sum(r.id.endswith("-r") for r in records),
+                           "loop_recovery": sum(r.id.endswith("-l") for r in records),
+                           "renamed_graph": sum(r.domain is not None for r in records)},
+                     metadata={"stats": conversation_stats(records), "format_problems": len(bad),
+                               "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,
+                               "teacher": teacher_stats, "llm_thinking": thinking_stats})
+    return build.result()
 
 
 def llm_thinker(params: Any, thinker: Any = None) -> Any:

@@ -14,10 +14,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipelines.atomic import atomic_write_text
 from pipelines.config import Params
 from pipelines.layout import report_dir
-from pipelines.manifest import Manifest, new_manifest, relative_path, sha256_file, write_manifest
+from pipelines.manifest import ArtifactBuild, relative_path, sha256_file
 
 
 class SweepPoint(BaseModel):
@@ -79,17 +78,17 @@ def run_think_sweep(params: Params, *, weights: list[float] | None = None, force
             em_by_bucket={bucket: scores.em for bucket, scores in metrics.by_bucket.items()},
             generated_tokens_mean=metrics.efficiency.generated_tokens_mean))
         manifests += [model.folder / "manifest.json", report.folder / "metrics.json"]
-    folder = sweep_dir(params)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "sweep.json", json.dumps([p.model_dump() for p in points], indent=2))
-    plot_sweep(points, folder / "sweep.png")
-    manifest: Manifest = new_manifest(
-        "think_sweep", files={name: sha256_file(folder / name) for name in ("sweep.json", "sweep.png")},
-        inputs={relative_path(path, params.root): sha256_file(path) for path in manifests},
-        params={"sft": params.section("sft"), "eval": params.section("eval")}, rows={"models": len(points)},
-        metadata={"best_weight": max(points, key=lambda p: (p.em, p.f1)).think_weight})
-    write_manifest(folder, manifest)
-    return SweepResult(folder=folder, points=points)
+    build = ArtifactBuild(sweep_dir(params), "think_sweep",
+                          {relative_path(path, params.root): sha256_file(path) for path in manifests},
+                          {"sft": params.section("sft"), "eval": params.section("eval")})
+    if not build.reusable(force):  # (its models and reports were reused or built above)
+        with build.writing() as draft:
+            (draft.folder / "sweep.json").write_text(json.dumps([p.model_dump() for p in points], indent=2),
+                                                     encoding="utf-8")
+            plot_sweep(points, draft.folder / "sweep.png")
+            draft.record(files=[draft.folder / "sweep.json", draft.folder / "sweep.png"], rows={"models": len(points)},
+                         metadata={"best_weight": max(points, key=lambda p: (p.em, p.f1)).think_weight})
+    return SweepResult(folder=build.folder, points=points)
 
 
 def plot_sweep(points: list[SweepPoint], path: Path) -> None:

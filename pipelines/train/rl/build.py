@@ -18,7 +18,7 @@ from pipelines.agent.protocols import PROMPT_VERSION
 from pipelines.agent.rollout import Task
 from pipelines.config import Params, RLStageParams
 from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, rl_model_name
-from pipelines.manifest import BuildResult
+from pipelines.manifest import ArtifactBuild, BuildResult, model_identity, relative_path, sha256_files
 from pipelines.train.rl.data import rl_dataset, rl_questions, stage_params, validation_questions
 from pipelines.train.rl.history import plot_rl_curves, rl_summary
 from pipelines.train.rl.keep import CorrectRollouts
@@ -98,15 +98,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
     reused when the start model, the data and the stage's params are unchanged."""
     from pipelines.layout import qa_dir
-    from pipelines.manifest import (
-        fingerprint,
-        model_identity,
-        new_manifest,
-        read_manifest,
-        relative_path,
-        sha256_files,
-        write_manifest,
-    )
 
     settings = stage_params(params, stage)
     rewards, judge = stage_rewards(params, stage)  # refuses a reward that cannot be scored before any model loads
@@ -124,11 +115,10 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     shaping = {"stage": stage, "rl": settings.result_settings(), "agent": params.agent.result_settings(),
                "tools": params.section("tools"), "prompt_version": PROMPT_VERSION,
                **({"judge": judge.model} if judge is not None else {})}
-    existing = read_manifest(output)
+    build = ArtifactBuild(output, f"rl_stage{stage}_model", inputs, shaping)
     # (a model saved before its stage kept its correct rollouts is trained again: the SFT data reads them)
-    if (not force and existing is not None and existing.input_fingerprint == fingerprint(inputs, shaping)
-            and CORRECT_ROLLOUTS_FILE in existing.files):
-        return BuildResult(folder=output, manifest=existing, skipped=True)
+    if (existing := build.reusable(force)) and CORRECT_ROLLOUTS_FILE in existing.files:
+        return build.result(existing, skipped=True)
 
     # the trainer's imports after the check above (~5 s of TRL, transformers and the tools: a rerun only checks it)
     from trl import GRPOConfig
@@ -136,7 +126,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from pipelines.agent.client import InProcessToolClient
     from pipelines.agent.models import onnx_agent_folder
     from pipelines.agent.tools import KGToolbox
-    from pipelines.atomic import atomic_directory
     from pipelines.eval.runner import load_gold_paths, make_protocol
     from pipelines.train.memory import (
         RL_MMAP_THRESHOLD_BYTES,
@@ -206,7 +195,8 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         finally:
             rollouts.close()  # the onnx backend's copy of the policy, if any
 
-    with atomic_directory(output) as tmp:
+    with build.writing() as draft:
+        tmp = draft.folder
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if hasattr(policy, "merge_and_unload"):
             policy = policy.merge_and_unload()
@@ -218,15 +208,13 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         plot_rl_curves(history, tmp / "training_curves.png", title=f"RL stage {stage} ({settings.algorithm})")
         summary = rl_summary(history)
         kept = trainer.keeper.move_into(tmp)
-        manifest = new_manifest(f"rl_stage{stage}_model", files=sha256_files([kept], tmp), inputs=inputs,
-                                params=shaping, rows={"questions": len(pairs), "steps": trainer.state.global_step,
-                                                      "correct_rollouts": trainer.keeper.kept},
-                                metadata={"start_model": relative_path(start_folder, params.root), **summary,
-                                          "domains": sorted({p.domain for p in pairs}), "memory": memory})
-        write_manifest(tmp, manifest)
+        draft.record(files=[kept], rows={"questions": len(pairs), "steps": trainer.state.global_step,
+                                         "correct_rollouts": trainer.keeper.kept},
+                     metadata={"start_model": relative_path(start_folder, params.root), **summary,
+                               "domains": sorted({p.domain for p in pairs}), "memory": memory})
     del trainer, model, policy, rollouts, toolbox, common
     release_memory()  # the next stage of the same process starts without this one's model and trainer
-    return BuildResult(folder=output, manifest=manifest)
+    return build.result()
 
 
 def vllm_trainer_options(settings: RLStageParams, backend: str) -> dict[str, Any]:
