@@ -25,6 +25,8 @@ from pydantic import BaseModel, Field
 from pipelines.atomic import atomic_write_text
 from pipelines.config import Params, with_overrides
 from pipelines.domains import load_registry
+from pipelines.eval.report import read_metrics
+from pipelines.eval.stats import wilson_interval
 from pipelines.layout import SFT_MODEL, model_dir, qa_dir, reports_dir, rl_model_name
 from pipelines.manifest import BuildResult, read_manifest, relative_path
 from pipelines.run import (
@@ -36,6 +38,8 @@ from pipelines.run import (
     run_qa_domains,
 )
 from pipelines.stages import BASE_MODEL, RL_STAGE3_REPORT, SFT_REPORT, STAGES
+from pipelines.train.rl.data import rl_questions
+from pipelines.train.sweep import run_think_sweep, weight_label
 
 TABLES = (1, 2, 3, 4, 5, 6, 7, 8)
 FIGURES = (2, 3, 4)
@@ -109,8 +113,6 @@ class PaperTable(BaseModel):
 def report_scores(folder: Path, *, judge: bool = False) -> dict[str, Score | None]:
     """Bucket -> score of the report in ``folder``: EM (its metrics.json), or with ``judge`` the LLM judge's verdicts
     (its predictions.jsonl) when the report has them."""
-    from pipelines.eval.report import read_metrics
-    from pipelines.eval.stats import wilson_interval
 
     metrics = read_metrics(folder)
     if judge and metrics.judge is not None:
@@ -184,7 +186,6 @@ def _train_sft(params: Params, name: str, force: bool, progress: bool) -> BuildR
 
 
 def _sweep(params: Params, force: bool, progress: bool) -> Any:
-    from pipelines.train.sweep import run_think_sweep
 
     return run_think_sweep(params, force=force, progress=progress)
 
@@ -228,7 +229,6 @@ class PaperBuilds:
     def stage1(self, mix: str) -> tuple[Params, BuildResult | None]:
         """RL stage 1 from the base model trained on ``mix`` (rl.stage1.data_mix; None when the train split has no
         question of it); the profile's own mix is the run's stage-1 model (artifacts/models/rl-stage1)."""
-        from pipelines.train.rl.data import rl_questions
 
         self.dataset()
         variant = self.variant(rl={"stage1": {"data_mix": mix}})
@@ -385,7 +385,6 @@ def table4(b: PaperBuilds) -> PaperTable:
 
 
 def table5(b: PaperBuilds) -> PaperTable:
-    from pipelines.train.sweep import weight_label
 
     rows = [score_row(weight_label(p.think_weight), [f"{p.think_weight:g}"], b.params.root / p.report, b.params, 5,
                       model=b.params.root / p.model) for p in b.sweep().points]

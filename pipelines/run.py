@@ -33,8 +33,18 @@ from pipelines.kg.checks import CheckOutcome
 from pipelines.kg.graph import GraphStats
 from pipelines.layout import RUN_TIMINGS_FILE, reports_dir
 from pipelines.manifest import BuildResult
+from pipelines.qa.build import read_generic_words, read_qa_dataset
+from pipelines.qa.expectations import validate_qa_table
 from pipelines.stage_process import read_status_kib, reset_peak_rss, run_in_child, stages_inline
 from pipelines.stages import EVALUATION, STAGES, TRAINING, Stage, evaluated_model
+from pipelines.tables import (
+    print_domain_sources,
+    print_domain_table,
+    print_eval_table,
+    print_qa_stats,
+    print_stage_table,
+)
+from pipelines.train.sft import training_summary
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +218,6 @@ def run_qa_domains(params: Params, domains: list[Domain]) -> list[str]:
 
 def qa_dataset_checks(params: Params) -> list[CheckOutcome]:
     """The QA dataset's blocking checks (the Great Expectations suite, split leakage), as its asset runs them."""
-    from pipelines.qa.build import read_generic_words, read_qa_dataset
-    from pipelines.qa.expectations import validate_qa_table
 
     return validate_qa_table(read_qa_dataset(params), params.qa.max_hops, strict_path=params.qa.strict_path,
                              generic_words=read_generic_words(params), name_rules=params.qa.name_rules)
@@ -234,7 +242,6 @@ def evaluate_stage(params: Params, model: str, name: str, force: bool) -> Any:
 
 def stage_line(stage: Stage, result: Any) -> str:
     """The line `omne run` prints after a training stage."""
-    from pipelines.train.sft import training_summary
 
     done = "up to date" if result.skipped else "trained"
     if stage.function.__name__ == "train_rl":
@@ -272,13 +279,6 @@ def run_main_job(params: Params, domains: list[Domain], *, all_domains: bool, fo
     every registered domain took part (``all_domains``): a dataset of some domains is not the one DVC and
     Dagster describe.
     """
-    from pipelines.tables import (
-        print_domain_sources,
-        print_domain_table,
-        print_eval_table,
-        print_qa_stats,
-        print_stage_table,
-    )
 
     times = StageTimes(inline=inline)
     built: list[BuiltArtifact] = []

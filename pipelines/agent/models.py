@@ -12,14 +12,20 @@ from pathlib import Path
 
 from pipelines.config import Params
 from pipelines.llm.base import ChatClient, LLMError
+from pipelines.llm.checkpoints import load_trained_model
 from pipelines.llm.generation import ONNX
+from pipelines.llm.local import TransformersChatClient
+from pipelines.llm.onnx_backend import onnx_chat_client
+from pipelines.llm.onnx_export import export_onnx, save_merged
+from pipelines.llm.openai_client import OpenAIChatClient
+from pipelines.llm.smollm2 import SMOLLM2, smollm2_folder
+from pipelines.manifest import model_identity, relative_path
 
 BASE = "base"
 
 
 def resolve_model_folder(spec: str, params: Params) -> Path:
     """``base`` -> the configured base model folder; otherwise a local folder (full model or adapter)."""
-    from pipelines.llm.smollm2 import SMOLLM2, smollm2_folder
 
     name = params.agent.base_model if spec == BASE else spec
     if name == SMOLLM2:
@@ -44,11 +50,8 @@ def adapter_base(folder: Path, params: Params) -> Path:
 def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) -> ChatClient:
     """A chat client for rollouts: local transformers (with an adapter merged in when given) or an endpoint."""
     if endpoint:
-        from pipelines.llm.openai_client import OpenAIChatClient
 
         return OpenAIChatClient(params.llm, base_url=endpoint, model=spec if spec != BASE else None)
-    from pipelines.llm.local import TransformersChatClient
-    from pipelines.manifest import model_identity
 
     folder = resolve_model_folder(spec, params)
     if params.agent.backend == ONNX:
@@ -56,7 +59,6 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
     device = params.agent.device
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
         # an SFT/RL adapter: the base grown to the adapter's tokenizer (<think> tokens), adapter merged in
-        from pipelines.llm.checkpoints import load_trained_model
 
         client = TransformersChatClient(adapter_base(folder, params), batch_size=params.agent.batch_size,
                                         device=device, prefix_cache_mb=params.agent.prefix_cache_mb)
@@ -74,8 +76,6 @@ def load_agent_model(spec: str, params: Params, *, endpoint: str | None = None) 
 def onnx_agent_client(folder: Path, params: Params, *, name: str | None = None) -> ChatClient:
     """A client generating with ONNX Runtime (``agent.backend: onnx``) from the model folder's converted copy
     (``onnx_agent_folder``). Named ``<identity>-onnx-<precision>`` in trajectories and cache keys."""
-    from pipelines.llm.onnx_backend import onnx_chat_client
-    from pipelines.manifest import model_identity
 
     return onnx_chat_client(onnx_agent_folder(folder, params),
                             model=name or f"{model_identity(folder)}-onnx-{params.agent.onnx_precision}",
@@ -86,15 +86,12 @@ def onnx_agent_folder(folder: Path, params: Params) -> Path:
     """The model folder's converted copy for ONNX Runtime (``onnx_export.export_onnx``: converted once per model
     identity and ``agent.onnx_precision``, an adapter merged into its base first): what evaluation generates from,
     and what RL's onnx rollouts start from."""
-    from pipelines.llm.onnx_export import export_onnx, save_merged
-    from pipelines.manifest import model_identity, relative_path
 
     identity = model_identity(folder)
     precision = params.agent.onnx_precision
     source: Path | Callable[[Path], None] = folder
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
         def source(out: Path) -> None:  # the adapter merged into its base (grown to the adapter's tokenizer)
-            from pipelines.llm.checkpoints import load_trained_model
 
             model, tokenizer = load_trained_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
             save_merged(model, tokenizer, out)

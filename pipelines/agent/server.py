@@ -46,6 +46,7 @@ from pipelines.agent.scope import Scope
 from pipelines.agent.tools import EpisodeState, KGToolbox, ToolResult
 from pipelines.config import ToolParams
 from pipelines.errors import OmneError
+from pipelines.heap import malloc_trim
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +247,6 @@ def trim_heap() -> None:
     """Hand the heap's free pages back to the OS (glibc's malloc_trim; nothing elsewhere). An ended episode's
     memory is free at once, but glibc keeps freed pages mapped: without this the RSS of a server whose clients end
     their episodes never goes down (bench/reliability.py: 0 MB back after ending 1,000 episodes)."""
-    from pipelines.heap import malloc_trim  # the project's one place for glibc's heap
 
     malloc_trim()
 

@@ -15,6 +15,7 @@ from pipelines.agent.trajectory import Trajectory
 from pipelines.config import LLMParams
 from pipelines.eval.answers import exact_match
 from pipelines.llm.base import ChatClient, ChatRequest
+from pipelines.llm.structured import complete_json_many
 
 JUDGE_SYSTEM = "You grade answers to questions about a knowledge graph. You reply with JSON only."
 
@@ -47,7 +48,6 @@ def _verdict(value: dict[str, Any]) -> None:
 def judge_answers(trajectories: list[Trajectory], client: ChatClient, llm: LLMParams, *,
                   progress: bool = False) -> JudgeSummary:
     """Ask the judge about every answered, not exactly matching episode; record verdicts on the trajectories."""
-    from pipelines.llm.structured import complete_json_many
 
     pending = [t for t in trajectories if t.answer and not exact_match(t.answer, t.gold_answers)]
     requests = [ChatRequest(messages=judge_messages(t.question, t.gold_answers, t.answer or ""), temperature=0.0,

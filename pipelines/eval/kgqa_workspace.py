@@ -16,6 +16,8 @@ from pathlib import Path
 from pipelines.config import Params
 from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name, load_registry
 from pipelines.errors import ArtifactMissingError, KGSourceError, RegistryError
+from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from pipelines.kg.embed import Encoder
 from pipelines.layout import embeddings_cache_dir, kg_dir, kgqa_workspace
 from pipelines.manifest import read_manifest, relative_path
 
@@ -44,8 +46,6 @@ def build_kgqa_domain(params: Params, triples: str | Path | None, name: str | No
     ``name`` must be a domain built before: one of the workspace, or a built domain of the main
     registry. Returns the params to load the domain with, and its name.
     """
-    from pipelines.kg.build import build_entity_index, build_knowledge_graph
-    from pipelines.kg.embed import Encoder
 
     workspace = kgqa_params(params)
     if triples is None:

@@ -31,12 +31,14 @@ from pipelines.agent.trajectory import Trajectory
 from pipelines.config import Params
 from pipelines.errors import ArtifactMissingError
 from pipelines.eval.contexts import BASELINES, NO_TOOL_BASELINES, pair_graph_context, retrieval_context
+from pipelines.eval.judge import judge_answers
 from pipelines.eval.kgqa import prepare_kgqa
 from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
 from pipelines.eval.report import REPORT_KIND, read_metrics, write_report
 from pipelines.eval.source import QuestionSource
 from pipelines.layout import kg_dir, qa_dir, report_dir
 from pipelines.llm.base import ChatClient
+from pipelines.llm.factory import build_chat_client
 from pipelines.llm.generation import generation_work
 from pipelines.manifest import ArtifactBuild, model_identity, read_manifest, relative_path
 from pipelines.qa.build import GOLD_FILE, read_jsonl
@@ -251,8 +253,6 @@ def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: st
     if backend is not None and backend.stats:
         metrics.efficiency.generation = generation_work(backend.name, work_before, backend.stats)
     if params.eval.judge:  # the Omne-R1 paper's LLM judge for free-form answers, beside EM
-        from pipelines.eval.judge import judge_answers
-        from pipelines.llm.factory import build_chat_client
 
         metrics.judge = judge_answers(trajectories, build_chat_client(params), params.llm,
                                       progress=progress).model_dump()

@@ -16,6 +16,7 @@ from pipelines.crashsafe import pause_point
 from pipelines.domains import Domain
 from pipelines.errors import KGSourceError
 from pipelines.kg.embed import Encoder
+from pipelines.kg.extract import extract_graph, extraction_params
 from pipelines.kg.graph import GraphStats, graph_stats
 from pipelines.kg.importers import import_source
 from pipelines.kg.index import (
@@ -29,6 +30,7 @@ from pipelines.kg.index import (
 from pipelines.kg.model import assemble_graph
 from pipelines.kg.store import read_kg, write_kg
 from pipelines.layout import embeddings_cache_dir, index_dir, kg_dir
+from pipelines.llm.factory import build_chat_client
 from pipelines.manifest import ArtifactBuild, BuildResult, manifest_inputs, relative_path, sha256_files
 
 if TYPE_CHECKING:
@@ -60,10 +62,8 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
                "seeds": params.section("seeds")}
     owned = text_client = None
     if domain.source.kind == "text":
-        from pipelines.kg.extract import extraction_params
 
         if client is None:
-            from pipelines.llm.factory import build_chat_client
 
             client = owned = build_chat_client(params)
         text_client = client
@@ -76,7 +76,6 @@ def build_knowledge_graph(domain: Domain, params: Params, *, force: bool = False
             return build.result(manifest, skipped=True)
         metadata: dict[str, Any] = {}
         if text_client is not None:
-            from pipelines.kg.extract import extract_graph
 
             raw = extract_graph(domain.source, root, text_client)
             metadata["extraction"] = raw.summary.model_dump()

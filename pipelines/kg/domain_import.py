@@ -32,6 +32,9 @@ from pipelines.config import Params
 from pipelines.crashsafe import pause_point
 from pipelines.domains import Domain, Registry, SourceSpec, add_domain, check_domain_name
 from pipelines.errors import KGSourceError, RegistryError
+from pipelines.kg.build import build_entity_index, build_knowledge_graph
+from pipelines.kg.extract import read_chunks
+from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
 from pipelines.kg.journal import (
     ASSETS_DIR,
     Journal,
@@ -108,7 +111,6 @@ def validate_source(request: ImportRequest) -> tuple[str, list[Path], list[str]]
     Returns the source kind, the files to copy (the source first, then the entity table) and the importer's
     notes (over-long descriptions, types or labels it truncated: warnings).
     """
-    from pipelines.kg.importers import LIGHTRAG_GRAPHML, import_source
 
     path, fmt = request.path, source_format(request.path, request.format)
     if not path.exists():
@@ -118,7 +120,6 @@ def validate_source(request: ImportRequest) -> tuple[str, list[Path], list[str]]
     if request.entities and fmt != "triples":
         raise KGSourceError(f"{request.entities}: --entities only applies to --format triples")
     if fmt == "text":  # extraction needs the LLM: check the files are readable text, extract when building
-        from pipelines.kg.extract import read_chunks
 
         read_chunks(SourceSpec(kind="text", path=str(path.resolve())), Path("/"))
         notes: list[str] = []
@@ -285,7 +286,6 @@ def _build(domain: Domain, params: Params, strict: bool, result: ImportResult, *
            encoder: Encoder | None, source_root: Path, artifacts: Path) -> None:
     """Build the KG and its index from the staged source (``source_root``: the project root as the build sees
     it) into the staged ``artifacts`` folder, with manifests that name the places they are swapped into."""
-    from pipelines.kg.build import build_entity_index, build_knowledge_graph
 
     staged_kg = kg_dir(artifacts, domain.name)
     built = build_knowledge_graph(domain, params, force=True, client=client, source_root=source_root,

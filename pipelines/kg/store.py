@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.errors import ArtifactMissingError
+from pipelines.kg.journal import settle_killed_import
 from pipelines.kg.model import ENTITY_SCHEMA, RELATION_SCHEMA, KnowledgeGraph
 from pipelines.manifest import read_manifest
 
@@ -26,7 +27,6 @@ def read_kg(folder: Path) -> KnowledgeGraph:
     """The KG built in ``folder`` (``artifacts/kg/<domain>``), after replaying an import of that domain killed
     while it swapped its folders into place (pipelines.kg.journal.settle_killed_import): never a half-swapped
     or uncommitted one."""
-    from pipelines.kg.journal import settle_killed_import  # (it imports no KG reader)
 
     settle_killed_import(folder.parent.parent, folder.name)
     manifest = read_manifest(folder)

@@ -37,6 +37,7 @@ import numpy as np
 
 from pipelines.llm.base import LLMError
 from pipelines.llm.generation import ONNX, GenerationBackend, generation_counters
+from pipelines.llm.local import LocalChatClient
 from pipelines.llm.prefix_store import ANCHOR_MIN_TOKENS, PrefixStore
 
 TOP_K = 50  # sampling: transformers' default top_k
@@ -259,7 +260,6 @@ def onnx_chat_client(folder: str | Path, *, model: str, batch_size: int = 8, pre
     ``initializers`` replace the graph's weights of those names."""
     from transformers import AutoTokenizer, GenerationConfig
 
-    from pipelines.llm.local import LocalChatClient
 
     folder = Path(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -17,6 +17,7 @@ from typing import Any
 
 from pipelines.llm.base import LLMError
 from pipelines.llm.generation import VLLM, GenerationBackend
+from pipelines.llm.local import LocalChatClient
 from pipelines.llm.onnx_backend import TOP_K
 
 MAX_CONCURRENT_REQUESTS = 64  # sampled rows in flight to the server at once (VLLMClient's connection pool size)
@@ -84,7 +85,6 @@ def _extra(stop: list[str], seed: int | None) -> dict[str, Any]:
 def vllm_chat_client(generation: Any, tokenizer: Any, *, name: str, batch_size: int, eos: set[int]) -> Any:
     """A ``LocalChatClient`` generating with ``TrlVLLMBackend`` from TRL's ``VLLMGeneration``, with the policy's
     tokenizer (its chat template renders the prompts) and end tokens."""
-    from pipelines.llm.local import LocalChatClient
 
     return LocalChatClient(getattr(tokenizer, "name_or_path", "") or ".", tokenizer, TrlVLLMBackend(generation),
                            model=name, batch_size=batch_size, eos=eos)

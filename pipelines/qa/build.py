@@ -25,12 +25,14 @@ from pipelines.errors import ArtifactMissingError
 from pipelines.kg.store import read_kg
 from pipelines.layout import kg_dir, qa_dir
 from pipelines.llm.base import ChatClient, require_replies
+from pipelines.llm.factory import build_chat_client
 from pipelines.manifest import ArtifactBuild, BuildResult, manifest_inputs, read_manifest, sha256_files
 from pipelines.qa.dataset import assign_splits, dataset_stats, dedupe
+from pipelines.qa.expectations import qa_table
 from pipelines.qa.generate import GenerationResult, generate_llm_pairs, generate_template_pairs
 from pipelines.qa.gold import gold_paths
 from pipelines.qa.models import GoldPath, QAPair
-from pipelines.qa.paraphrase import PARAPHRASES_FILE, ParaphraseResult
+from pipelines.qa.paraphrase import PARAPHRASES_FILE, ParaphraseResult, paraphrase_pairs
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.seeds import SEEDS_FILE, read_seeds, sample_seed_subgraphs, seeds_table
 from pipelines.qa.template import WRITER_VERSION
@@ -125,7 +127,6 @@ def _phrases_inputs(params: Params, domain: str) -> dict[str, str]:
 def _client(params: Params, client: ChatClient | None) -> ChatClient:
     if client is not None:
         return client
-    from pipelines.llm.factory import build_chat_client
 
     return build_chat_client(params)
 
@@ -177,7 +178,6 @@ def build_qa_pairs(domain: str, params: Params, *, generator: str | None = None,
         raise ValueError(f"unknown generator {generator!r}: use template or llm")
     rewritten = None
     if paraphrase:  # docs/qa.md, "Paraphrase"
-        from pipelines.qa.paraphrase import paraphrase_pairs
 
         chat = _client(params, client)
         rewritten = paraphrase_pairs(graph, result.pairs, qa, llm, chat, domain=domain, progress=progress)
@@ -256,7 +256,6 @@ def built_qa_domains(params: Params, kind: str = "gold") -> list[str]:
 def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force: bool = False) -> DatasetResult:
     """Merge the domains' pairs (default: ``built_qa_domains``), dedupe, split by stable hash, write qa.parquet +
     split jsonl + stats; the manifest's params name the merged domains."""
-    from pipelines.qa.expectations import qa_table
 
     domains = domains if domains is not None else built_qa_domains(params)
     if not domains:

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from pipelines.config import LLMParams, QAParams
 from pipelines.llm.base import ChatClient, ChatRequest
+from pipelines.llm.structured import complete_json_many
 from pipelines.qa import prompts
 from pipelines.qa.models import Attempt, Bucket, QAPair, SeedSubgraph, Validation, bucket_of, qa_id
 from pipelines.qa.paths import RelationGraph, Step
@@ -219,7 +220,6 @@ def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: 
                        progress: bool = True) -> GenerationResult:
     """The Omne-R1 paper's generation loop: generate, check rules, judge, retry with feedback; a seed that fails
     ``qa.max_retries`` retries gives way to the bucket's next unused seed, so that the bucket fills up."""
-    from pipelines.llm.structured import complete_json_many
 
     def new_task(bucket: Bucket, sub: SeedSubgraph) -> _Task:
         prompt = prompts.generation_prompt(domain, sub.seed_name, bucket, prompt_subgraph(graph, sub, qa), qa.max_hops)
@@ -284,7 +284,6 @@ def _judge(graph: RelationGraph, tasks: list[_Task], qa: QAParams, llm: LLMParam
     """Tasks whose proposal the judge accepted, with its reason (all of them when the judge is off)."""
     if not qa.judge:
         return {t: "" for t in tasks}
-    from pipelines.llm.structured import complete_json_many
 
     requests = []
     for task in tasks:

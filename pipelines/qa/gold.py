@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from pipelines.config import LLMParams, QAParams
 from pipelines.llm.base import ChatClient, ChatRequest
+from pipelines.llm.structured import complete_json_many
 from pipelines.qa import prompts
 from pipelines.qa.models import GoldPath, GoldPathItem, PathEdge, QAPair
 from pipelines.qa.paths import RelationGraph, Step
@@ -72,7 +73,6 @@ def _verdict(value: dict[str, Any]) -> None:
 def verify_by_llm(pairs: list[QAPair], candidates: list[list[GoldPathItem]], client: ChatClient, llm: LLMParams,
                   progress: bool = True) -> None:
     """EoG's verification: the LLM judges each non-generator path against the question's intent."""
-    from pipelines.llm.structured import complete_json_many
 
     jobs = [(item, pair) for pair, items in zip(pairs, candidates, strict=True) for item in items[1:]]
     requests = [ChatRequest(messages=prompts.gold_path_messages(pair.question, pair.answer,

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from pipelines.config import LLMParams, QAParams
 from pipelines.llm.base import ChatClient, ChatRequest
+from pipelines.llm.structured import complete_json_many
 from pipelines.qa import prompts
 from pipelines.qa.models import QAPair, qa_id
 from pipelines.qa.paths import RelationGraph
@@ -66,7 +67,6 @@ def paraphrase_request(graph: RelationGraph, pair: QAPair, qa: QAParams, llm: LL
 def paraphrase_pairs(graph: RelationGraph, pairs: list[QAPair], qa: QAParams, llm: LLMParams, client: ChatClient,
                      *, domain: str = "", progress: bool = True) -> ParaphraseResult:
     """Each pair with its question rewritten by ``client`` where the rewrite passes the rules, else as it was."""
-    from pipelines.llm.structured import complete_json_many
 
     requests = [paraphrase_request(graph, pair, qa, llm) for pair in pairs]
     results = complete_json_many(client, requests, repair_rounds=llm.json_repair_rounds, validate=_question_field,

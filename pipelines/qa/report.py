@@ -21,6 +21,7 @@ from pipelines.config import NameRules, Params
 from pipelines.errors import ArtifactMissingError, ConfigError
 from pipelines.layout import qa_dir
 from pipelines.manifest import read_manifest
+from pipelines.qa.build import read_generic_words, read_qa_dataset, relation_graph
 from pipelines.qa.validate import form_problems, leaks, relative_depth
 from pipelines.text.names import normalise_text
 
@@ -159,7 +160,6 @@ def domain_quality(domain: str, rows: list[dict[str, Any]], *, generic: frozense
 def asked_types(domain: str, params: Params) -> dict[str, str]:
     """Answer name -> the type noun a question about it asks for ("which <noun>"), from the domain's KG and
     phrases; empty when the KG is not built (the guess then groups by the last relation alone)."""
-    from pipelines.qa.build import relation_graph
 
     try:
         graph = relation_graph(domain, params)
@@ -170,7 +170,6 @@ def asked_types(domain: str, params: Params) -> dict[str, str]:
 
 def qa_quality_report(params: Params, domains: Sequence[str] | None = None, *, samples: int = 10) -> QAReport:
     """The quality report of the built QA dataset, per domain (all of the dataset's, or ``domains``)."""
-    from pipelines.qa.build import read_generic_words, read_qa_dataset
 
     folder = qa_dir(params.artifacts_dir, "dataset")
     table = read_qa_dataset(params)

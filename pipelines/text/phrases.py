@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from pipelines.errors import ConfigError
 from pipelines.text.names import STOPWORDS, find_name
 
 PHRASES_FILE = "phrases.yaml"
@@ -100,7 +101,6 @@ class PhraseLexicon(BaseModel):
 
 def read_lexicon(path: Path) -> PhraseLexicon:
     """The phrases file at ``path`` (empty when there is none); a broken file is an error naming it."""
-    from pipelines.errors import ConfigError
 
     if not path.is_file():
         return PhraseLexicon()

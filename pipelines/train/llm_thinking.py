@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from pipelines.llm.base import ChatClient, ChatRequest
+from pipelines.llm.structured import complete_json_many
 from pipelines.text.names import mentions
 
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
@@ -69,7 +70,6 @@ def llm_thinking(records: list[Any], client: ChatClient, llm: Any, *, progress: 
                  ) -> tuple[list[Any], dict[str, Any]]:
     """The template records with the LLM's thinking where it passes ``thoughts_problem`` (the others as they were);
     the counts: rewritten, and kept as templates by reason (``bad_reply``, ``wrong_count``, ``states_answer_early``)."""
-    from pipelines.llm.structured import complete_json_many
 
     template = [i for i, r in enumerate(records) if r.source == "template"]
     results = complete_json_many(client, [thinking_request(records[i], llm) for i in template],

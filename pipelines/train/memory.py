@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipelines.heap import glibc_function, malloc_trim
+from pipelines.train.precision import cpu_has_native_bf16
 
 TRL_TOKEN_CHUNK_SIZE = 4096  # TRL's own value of trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
 
@@ -219,7 +220,6 @@ def _lm_head_bytes(shape: ModelShape, chunk_tokens: int | None, tokens: int, cud
 
 def _activation_dtype_bytes(bf16: Any, cuda: bool) -> int:
     """2 under bf16 mixed precision (``auto``: assumed on a GPU, native bf16 on this CPU), else 4."""
-    from pipelines.train.precision import cpu_has_native_bf16
 
     if bf16 == "auto":
         return 2 if cuda or cpu_has_native_bf16() else 4

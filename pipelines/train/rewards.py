@@ -48,7 +48,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.agent.calls import ToolCall, ToolSpec, parse_call
 from pipelines.agent.protocols import PROTOCOLS, KGR1Protocol, OmneProtocol, SearchProtocol, _blocks
+from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, TOOL_SPECS
 from pipelines.agent.trajectory import Trajectory
+from pipelines.errors import ConfigError
 from pipelines.eval.answers import answer_set, exact_match, normalise_answer, normalised_em, set_f1
 from pipelines.eval.behaviour import _call_key
 from pipelines.eval.judge import judge_messages
@@ -239,19 +241,16 @@ def _fake_response(text: str, protocol: type) -> bool:
 
 @lru_cache(maxsize=8)
 def _specs(names: tuple[str, ...]) -> dict[str, ToolSpec]:
-    from pipelines.agent.tools import TOOL_SPECS  # imported on first use: the tools module is slow to import
 
     return {name: TOOL_SPECS[name] for name in names}
 
 
 def _omne_specs() -> dict[str, ToolSpec]:
-    from pipelines.agent.tools import OMNE_TOOLS
 
     return _specs(OMNE_TOOLS)
 
 
 def _kg_r1_specs() -> dict[str, ToolSpec]:
-    from pipelines.agent.tools import KG_R1_TOOLS
 
     return _specs(KG_R1_TOOLS)
 
@@ -740,7 +739,6 @@ JUDGED_REWARDS = frozenset({"kg_hopper"})  # scored with the LLM judge of ``llm:
 def check_reward_protocols(names: Sequence[str], protocol: str, *, where: str = "rewards") -> None:
     """Refuse a reward that cannot score ``protocol``'s episodes: it would parse tags the agent never writes and
     train on a constant or misleading signal (``where`` names the setting in the message)."""
-    from pipelines.errors import ConfigError
 
     for name in names:
         supported = REWARD_PROTOCOLS.get(name)

@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.agent.protocols import THINK_CLOSE, THINK_OPEN
 from pipelines.crashsafe import pause_point
-from pipelines.manifest import ArtifactBuild, BuildResult
+from pipelines.manifest import ArtifactBuild, BuildResult, model_identity
+from pipelines.train.lora import cut_gradient_below, lora_config
+from pipelines.train.memory import (
+    SFT_MMAP_THRESHOLD_BYTES,
+    fused_logprob_tokens,
+    heap_trim_callback,
+    labelled_positions_only,
+    mmap_large_allocations,
+    release_memory,
+)
 from pipelines.train.precision import use_bf16
 
 if TYPE_CHECKING:
@@ -276,7 +285,6 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     the manifest beside the conversations' content hash and the base model's identity. With
     ``force=False`` an output built from the same inputs and params is reused.
     """
-    from pipelines.manifest import model_identity
 
     base_model_folder, output_folder = Path(base_model_folder), Path(output_folder)
     conversations = list(conversations)
@@ -295,15 +303,6 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig
 
-    from pipelines.train.lora import cut_gradient_below, lora_config
-    from pipelines.train.memory import (
-        SFT_MMAP_THRESHOLD_BYTES,
-        fused_logprob_tokens,
-        heap_trim_callback,
-        labelled_positions_only,
-        mmap_large_allocations,
-        release_memory,
-    )
     from pipelines.train.think_loss import ThinkWeightedSFTTrainer
 
     mmap_large_allocations(SFT_MMAP_THRESHOLD_BYTES)  # step after step, activations would otherwise fragment the heap

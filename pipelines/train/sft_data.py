@@ -32,11 +32,16 @@ from pydantic import BaseModel
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol, tool_schemas
 from pipelines.agent.rollout import REPEAT_NOTE
-from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS
+from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS, KGToolbox
 from pipelines.agent.trajectory import Trajectory
+from pipelines.domains import load_registry
+from pipelines.errors import ArtifactMissingError
 from pipelines.eval.answers import exact_match
 from pipelines.kg.model import shown_type
-from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, sft_conversations_dir
+from pipelines.layout import CONVERSATIONS_FILE, correct_rollouts_file, kg_dir, qa_dir, sft_conversations_dir
+from pipelines.llm.factory import build_chat_client
+from pipelines.manifest import ArtifactBuild, manifest_inputs, relative_path
+from pipelines.qa.build import read_jsonl, relation_graph, write_jsonl
 from pipelines.qa.models import GoldPath, QAPair
 from pipelines.qa.paths import RelationGraph
 from pipelines.qa.template import (
@@ -50,6 +55,8 @@ from pipelines.qa.template import (
 from pipelines.qa.validate import edge_steps
 from pipelines.text.names import find_name, mentions
 from pipelines.train.graph_names import alias_words, graph_alias
+from pipelines.train.llm_thinking import llm_thinking
+from pipelines.train.rl.keep import read_kept_rollouts
 
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
@@ -337,8 +344,6 @@ class AgentSourceStats(BaseModel):
 def stage1_rollouts_inputs(params: Any) -> dict[str, str]:
     """The stage-1 correct-rollouts file as an input of the SFT data (path -> sha256 from the stage-1 manifest);
     a clear error when RL stage 1 has not run (the agent source reads its rollouts)."""
-    from pipelines.errors import ArtifactMissingError
-    from pipelines.manifest import manifest_inputs
 
     path = correct_rollouts_file(params.artifacts_dir)
     inputs = manifest_inputs(path.parent, params.root, "sft_data.sources has 'agent', which reads RL stage 1's "
@@ -392,8 +397,6 @@ def agent_conversations(rollouts: list[Any], train_ids: set[str], mode: str,
 def stage1_conversations(params: Any, train_ids: set[str], template: list[SFTConversation]
                          ) -> tuple[list[SFTConversation], AgentSourceStats]:
     """The ``agent`` source: RL stage 1's correct rollouts (``pipelines.layout.correct_rollouts_file``)."""
-    from pipelines.manifest import relative_path
-    from pipelines.train.rl.keep import read_kept_rollouts
 
     path = correct_rollouts_file(params.artifacts_dir)
     rollouts = read_kept_rollouts(path)
@@ -491,12 +494,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     when the QA dataset, its domains' KGs, the stage-1 rollouts (with ``agent``) or the sft_data params change.
     """
     from pipelines.agent.client import InProcessToolClient
-    from pipelines.agent.tools import KGToolbox
-    from pipelines.domains import load_registry
     from pipelines.eval.runner import load_gold_paths, load_split
-    from pipelines.layout import kg_dir, qa_dir
-    from pipelines.manifest import ArtifactBuild, manifest_inputs
-    from pipelines.qa.build import relation_graph, write_jsonl
 
     settings = params.sft_data
     folder = sft_conversations_dir(params.artifacts_dir)
@@ -572,7 +570,6 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                     records.append(record)
     thinking_stats: dict[str, Any] = {}
     if thinker is not None:
-        from pipelines.train.llm_thinking import llm_thinking
 
         records, thinking_stats = llm_thinking(records, thinker, params.llm, progress=progress)
     agent_stats: dict[str, Any] = {}
@@ -619,12 +616,10 @@ def llm_thinker(params: Any, thinker: Any = None) -> Any:
         return None
     if thinker is not None:
         return thinker
-    from pipelines.llm.factory import build_chat_client
 
     return build_chat_client(params)
 
 
 def read_sft_conversations(params: Any) -> list[SFTConversation]:
-    from pipelines.qa.build import read_jsonl
 
     return read_jsonl(sft_conversations_dir(params.artifacts_dir) / CONVERSATIONS_FILE, SFTConversation)

@@ -6,6 +6,7 @@ weight can be overridden for the Table-5 sweep (each weight its own model folder
 
 from __future__ import annotations
 
+from pipelines.agent.models import BASE, resolve_model_folder
 from pipelines.config import Params
 from pipelines.layout import model_dir, sft_conversations_dir
 from pipelines.manifest import BuildResult, manifest_inputs
@@ -17,7 +18,6 @@ def build_sft_model(params: Params, *, name: str = "sft", think_weight: float | 
                     progress: bool = True, max_steps: int | None = None) -> BuildResult:
     """Train (or reuse, when conversations, base model and sft params are unchanged) the stage-2 model;
     ``think_weight`` and ``max_steps`` override params.sft (the sweep trains one model per weight)."""
-    from pipelines.agent.models import BASE, resolve_model_folder
 
     conversations_dir = sft_conversations_dir(params.artifacts_dir)
     inputs = manifest_inputs(conversations_dir, params.root, "SFT conversations (run `omne sft data`)")

@@ -14,11 +14,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipelines.agent.models import BASE, adapter_base, onnx_agent_folder, resolve_model_folder
 from pipelines.agent.protocols import PROMPT_VERSION
 from pipelines.agent.rollout import Task
+from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params, RLStageParams
-from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, rl_model_name
+from pipelines.errors import ArtifactMissingError, ConfigError
+from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, qa_dir, rl_model_name
+from pipelines.llm.checkpoints import load_trained_model
+from pipelines.llm.factory import build_chat_client
 from pipelines.manifest import ArtifactBuild, BuildResult, model_identity, relative_path, sha256_files
+from pipelines.train.lora import cut_gradient_below, lora_config
+from pipelines.train.memory import (
+    RL_MMAP_THRESHOLD_BYTES,
+    fused_logprob_tokens,
+    labelled_positions_only,
+    mmap_large_allocations,
+    release_memory,
+)
+from pipelines.train.precision import use_bf16
+from pipelines.train.rewards import JUDGED_REWARDS, check_reward_protocols
 from pipelines.train.rl.data import rl_dataset, rl_questions, stage_params, validation_questions
 from pipelines.train.rl.history import plot_rl_curves, rl_summary
 from pipelines.train.rl.keep import CorrectRollouts
@@ -29,7 +44,6 @@ from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
 
 def _start_model(params: Params, stage: int, start: str | None) -> Path:
     """The folder a stage starts from: ``start`` when given, else the base model (stage 1) or the SFT model."""
-    from pipelines.agent.models import BASE, resolve_model_folder
 
     if start:
         return resolve_model_folder(start, params)
@@ -37,7 +51,6 @@ def _start_model(params: Params, stage: int, start: str | None) -> Path:
         return resolve_model_folder(BASE, params)
     folder = model_dir(params.artifacts_dir, SFT_MODEL)
     if not folder.is_dir():
-        from pipelines.errors import ArtifactMissingError
 
         raise ArtifactMissingError(f"{folder}: stage 3 starts from the SFT model (run `omne sft train` first)")
     return folder
@@ -47,10 +60,8 @@ def load_policy(folder: Path, params: Params) -> tuple[Any, Any]:
     """The policy to start from: a full model folder, or an SFT/RL adapter merged onto its base."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipelines.agent.models import adapter_base
 
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-        from pipelines.llm.checkpoints import load_trained_model
 
         model, tokenizer = load_trained_model(folder, base_model_folder=adapter_base(folder, params), merge=True)
     else:
@@ -64,8 +75,6 @@ def stage_rewards(params: Params, stage: int) -> tuple[list[Any], Any]:
     """The stage's rewards (``rl.<stage>.rewards``) as TRL reward functions on the rollouts' trajectories, and the
     LLM judge they score with (None unless a reward needs one: kg_hopper, built from ``llm:``). Refuses a reward
     that cannot score ``agent.protocol``, and a judged reward without a usable ``llm:`` model."""
-    from pipelines.errors import ConfigError
-    from pipelines.train.rewards import JUDGED_REWARDS, check_reward_protocols
 
     settings = stage_params(params, stage)
     where = f"rl.stage{stage}.rewards"
@@ -73,7 +82,6 @@ def stage_rewards(params: Params, stage: int) -> tuple[list[Any], Any]:
     judge = None
     judged = sorted(JUDGED_REWARDS & set(settings.rewards))
     if judged:
-        from pipelines.llm.factory import build_chat_client
 
         try:
             judge = build_chat_client(params)
@@ -97,7 +105,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
              progress: bool = True) -> BuildResult:
     """Run one RL stage and save the policy (merged, HF format) with its log history, curves and manifest;
     reused when the start model, the data and the stage's params are unchanged."""
-    from pipelines.layout import qa_dir
 
     settings = stage_params(params, stage)
     rewards, judge = stage_rewards(params, stage)  # refuses a reward that cannot be scored before any model loads
@@ -124,17 +131,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
     from trl import GRPOConfig
 
     from pipelines.agent.client import InProcessToolClient
-    from pipelines.agent.models import onnx_agent_folder
-    from pipelines.agent.tools import KGToolbox
     from pipelines.eval.runner import load_gold_paths, make_protocol
-    from pipelines.train.memory import (
-        RL_MMAP_THRESHOLD_BYTES,
-        fused_logprob_tokens,
-        labelled_positions_only,
-        mmap_large_allocations,
-        release_memory,
-    )
-    from pipelines.train.precision import use_bf16
     from pipelines.train.rl.trainers import PPOToolTrainer, ToolGRPOTrainer
     from pipelines.train.rl.validation import ValidationEM
 
@@ -172,7 +169,6 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         **vllm_trainer_options(settings, backend))
     peft_config = None
     if settings.method == "lora":
-        from pipelines.train.lora import cut_gradient_below, lora_config
 
         peft_config = lora_config(model, r=settings.lora_r, alpha=settings.lora_alpha, layers=settings.lora_layers)
         cut_gradient_below(model, settings.lora_layers)  # backward ends at the first adapted block
@@ -238,7 +234,6 @@ def require_vllm(settings: RLStageParams, stage: int, served: Path, *, cuda: boo
     ``served``: the model folder a ``trl vllm-serve`` server starts from."""
     import importlib.util
 
-    from pipelines.errors import ConfigError
 
     missing = [*([] if importlib.util.find_spec("vllm") is not None else ["vllm is not installed"]),
                *([] if cuda else ["no CUDA GPU is in use (agent.device, torch.cuda)"])]
@@ -257,7 +252,6 @@ def _full_model_folder(folder: Path, params: Params) -> Path:
     """The full model folder under a start model: the folder itself, or an adapter's base (what a vLLM server
     loads: the merged weights reach it with TRL's first sync)."""
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-        from pipelines.agent.models import adapter_base
 
         return adapter_base(folder, params)
     return folder
@@ -285,7 +279,6 @@ def value_model(policy: Any, settings: RLStageParams, tokenizer: Any) -> Any:
 
     from transformers import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
-    from pipelines.errors import ConfigError
 
     head = MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING.get(type(policy.config), None)
     if head is None:
@@ -299,7 +292,6 @@ def value_model(policy: Any, settings: RLStageParams, tokenizer: Any) -> Any:
     if settings.method == "lora":
         from peft import get_peft_model
 
-        from pipelines.train.lora import cut_gradient_below, lora_config
 
         critic = get_peft_model(critic, lora_config(critic, r=settings.lora_r, alpha=settings.lora_alpha,
                                                     layers=settings.lora_layers, task_type="TOKEN_CLS"))

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from pipelines.config import Params, RLStageParams
+from pipelines.eval.triples import gold_triples
 
 
 def rl_questions(params: Params, stage: int) -> list[Any]:
@@ -43,7 +44,6 @@ def rl_dataset(pairs: list[Any], protocol: Any, gold_paths: dict[str, Any]) -> A
     """A conversational prompt dataset (system + user) with the columns the rewards read."""
     import datasets
 
-    from pipelines.eval.triples import gold_triples
 
     rows = []
     for pair in pairs:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from pipelines.agent.trajectory import Trajectory
 from pipelines.eval.answers import exact_match
 from pipelines.layout import CORRECT_ROLLOUTS_FILE
+from pipelines.qa.build import read_jsonl
 
 
 class KeptRollout(BaseModel):
@@ -68,6 +69,5 @@ class CorrectRollouts:
 
 def read_kept_rollouts(path: Path) -> list[KeptRollout]:
     """The kept rollouts of a stage (``pipelines.layout.correct_rollouts_file``); the error names the line."""
-    from pipelines.qa.build import read_jsonl
 
     return read_jsonl(path, KeptRollout)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pipelines.config import Params
 from pipelines.train.rl.episodes import chat_token_ids
+from pipelines.train.sft import sharegpt_to_messages
 
 
 class SkippingSampler:
@@ -71,7 +72,6 @@ def conversation_qa_id(conversation_id: str, qa_ids: set[str]) -> str | None:
 def gold_conversations(params: Params, qa_ids: set[str]) -> dict[str, list[dict[str, str]]]:
     """The stage-2 SFT conversation of each of these questions, as chat messages: a template one (a gold path walked
     with the tools) when the question has one, else its first."""
-    from pipelines.train.sft import sharegpt_to_messages
     from pipelines.train.sft_data import read_sft_conversations
 
     chosen: dict[str, Any] = {}

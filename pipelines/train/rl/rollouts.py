@@ -22,7 +22,13 @@ from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
 from pipelines.config import RLStageParams
 from pipelines.eval.behaviour import graph_name_misses
+from pipelines.llm.local import TransformersChatClient, model_eos
+from pipelines.llm.onnx_backend import onnx_chat_client
+from pipelines.llm.onnx_export import convert_folder, save_merged
+from pipelines.llm.onnx_weights import WeightRefresh
+from pipelines.llm.trl_vllm import vllm_chat_client
 from pipelines.train.lora import merged_adapter
+from pipelines.train.rewards import TurnRewards, build_reward_functions
 from pipelines.train.rl.episodes import encode_trajectory
 
 log = logging.getLogger(__name__)
@@ -67,15 +73,12 @@ class ToolRollouts:
         ``batch_size`` (the key/value cache grows with the episodes generated together). A new client per call:
         its prefix store (the system prompt, each episode's earlier rounds) lives only while the weights are
         fixed."""
-        from pipelines.llm.local import TransformersChatClient
 
         size = max(1, min(len(tasks), self.batch_size or len(tasks)))
         if self.backend == "onnx":
             client = self.synced_client(model)
             client.batch_size = size
         elif self.backend == "vllm":
-            from pipelines.llm.local import model_eos
-            from pipelines.llm.trl_vllm import vllm_chat_client
 
             if self.vllm is None:
                 raise RuntimeError("backend vllm: no vLLM engine attached (ToolRollouts.attach(trainer) first)")
@@ -106,12 +109,10 @@ class ToolRollouts:
         recomputes every log-probability with the training model either way)."""
         if self._fast is not None and self.calls - self._synced_at < self.sync_every:
             return self._fast
-        from pipelines.llm.onnx_backend import onnx_chat_client
 
         start = time.perf_counter()
         name = f"policy-onnx-{self.onnx_precision}"
         if not self.syncs and self.start_onnx is not None:  # the first: the start model's converted copy, if it fits
-            from pipelines.llm.onnx_weights import WeightRefresh
 
             graph = self.start_onnx()
             self._refresh = WeightRefresh.for_policy(model, graph / "model.onnx", self.onnx_precision)
@@ -134,9 +135,6 @@ class ToolRollouts:
         """A sync without a usable graph (no ``start_onnx``, or its graph does not hold the adapted layers): the LoRA
         merged into a copy of the policy, converted (``onnx_export``) and loaded; then ``WeightRefresh`` finds the
         new graph's initializers of the adapted layers, which later syncs rewrite (else each converts again)."""
-        from pipelines.llm.onnx_backend import onnx_chat_client
-        from pipelines.llm.onnx_export import convert_folder, save_merged
-        from pipelines.llm.onnx_weights import WeightRefresh
 
         self.close()
         folder = Path(tempfile.mkdtemp(prefix="omne-policy-onnx-"))
@@ -226,7 +224,6 @@ def trajectory_rewards(names: list[str], weights: list[float] | None, options: d
     """The named rewards (pipelines.train.rewards) scored on the rollout's Trajectory objects, which
     ``ToolRollouts`` hands to TRL as the extra column ``trajectory``; an episode that generated more than
     ``overlong_tokens`` earns 0 (EoG's overlong penalty), its per-turn parts (``turn_scores``) too."""
-    from pipelines.train.rewards import TurnRewards, build_reward_functions
 
     def on_trajectories(function: Any) -> Any:
         def reward(completions: list[Any], trajectory: list[Trajectory] | None = None, **kwargs: Any) -> list[float]:

@@ -11,6 +11,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from pipelines.agent.rollout import Task
+from pipelines.eval.answers import exact_match
+from pipelines.llm.trl_vllm import sync_policy_weights
 from pipelines.train.rl.rollouts import ToolRollouts
 
 
@@ -22,10 +24,8 @@ class ValidationEM(TrainerCallback):
         self.trainer, self.rollouts, self.pairs, self.every = trainer, rollouts, pairs, every
 
     def measure(self, step: int) -> float:
-        from pipelines.eval.answers import exact_match
 
         if getattr(self.trainer, "use_vllm", False):  # rollouts from vLLM: with the weights of this step
-            from pipelines.llm.trl_vllm import sync_policy_weights
 
             sync_policy_weights(self.trainer)
         tasks = [Task(qa_id=p.id, domain=p.domain, question=p.question, gold_answers=p.answers, bucket=p.bucket,
