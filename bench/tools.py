@@ -76,7 +76,8 @@ from tqdm.auto import tqdm
 from pipelines.agent.calls import ToolCall, format_call
 from pipelines.agent.client import HttpToolClient
 from pipelines.agent.kg_view import DomainGraph
-from pipelines.agent.server import CallRequest, create_app
+from pipelines.agent.requests import CallRequest
+from pipelines.agent.server import create_app
 from pipelines.agent.tools import KGToolbox, relation_line
 from pipelines.config import Params, load_params
 from pipelines.domains import Domain, Registry, SourceSpec, load_registry, save_registry

@@ -14,8 +14,9 @@ import polars as pl
 import pytest
 
 from pipelines.agent.client import HttpToolClient, InProcessToolClient
+from pipelines.agent.requests import CallRequest
 from pipelines.agent.scope import Scope, subgraph_entities
-from pipelines.agent.server import CallRequest, create_app
+from pipelines.agent.server import create_app
 from pipelines.agent.tools import EpisodeState, KGToolbox
 from pipelines.config import Params, load_params
 from pipelines.domains import load_registry

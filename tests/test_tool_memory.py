@@ -16,8 +16,9 @@ import pytest
 
 from pipelines.agent import server as server_module
 from pipelines.agent.client import InProcessToolClient
+from pipelines.agent.requests import CallRequest
 from pipelines.agent.scope import Allowed, ResolvedScope, Scope, scope_ids, subgraph_entities
-from pipelines.agent.server import CallRequest, EpisodeStore, create_app, run_request
+from pipelines.agent.server import EpisodeStore, create_app, run_request
 from pipelines.agent.tools import KGToolbox
 from pipelines.config import Params, ToolParams
 from tests.tool_support import ServerThread, traced_growth, with_tools

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from pipelines.agent.calls import ErrorType, ToolCall
 from pipelines.agent.client import TOKEN_ENV, HttpToolClient, InProcessToolClient
-from pipelines.agent.server import MAX_BATCH, CallRequest, create_app
+from pipelines.agent.requests import CallRequest
+from pipelines.agent.server import MAX_BATCH, create_app
 from pipelines.agent.tools import TOOL_SPECS, KGToolbox, ToolResult
 from pipelines.cli import cli
 from pipelines.config import Params

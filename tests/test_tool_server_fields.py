@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.agent.client import InProcessToolClient
-from pipelines.agent.server import CallRequest, create_app
+from pipelines.agent.requests import CallRequest
+from pipelines.agent.server import create_app
 from pipelines.agent.tools import TOOL_SPECS, KGToolbox
 from tests.tool_support import ServerThread
 

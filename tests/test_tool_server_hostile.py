@@ -16,8 +16,9 @@ import pytest
 from pipelines.agent.calls import ErrorType
 from pipelines.agent.client import HttpToolClient, InProcessToolClient
 from pipelines.agent.lru import ByteLRU
+from pipelines.agent.requests import CallRequest
 from pipelines.agent.scope import Scope
-from pipelines.agent.server import CallRequest, EpisodeStore, create_app
+from pipelines.agent.server import EpisodeStore, create_app
 from pipelines.agent.tools import SEARCH_PATH_FRAMES, EpisodeState, KGToolbox, ToolResult
 from pipelines.config import Params, ToolParams, load_params
 from pipelines.domains import load_registry

@@ -8,8 +8,9 @@ from urllib.parse import quote
 
 import httpx
 
+from pipelines.agent.requests import CallRequest
 from pipelines.agent.scope import Scope
-from pipelines.agent.server import CallRequest, EpisodeStore, bearer_bytes, run_request
+from pipelines.agent.server import EpisodeStore, bearer_bytes, run_request
 from pipelines.agent.tools import KGToolbox, ToolCall, ToolResult
 
 TOKEN_ENV = "OMNE_TOOLS_TOKEN"

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from pipelines.agent.calls import ErrorType
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import Protocol, SearchProtocol
-from pipelines.agent.server import CallRequest
+from pipelines.agent.requests import CallRequest
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError
 

@@ -33,9 +33,9 @@ from typing import Any
 from pipelines.agent.client import ToolClient
 from pipelines.agent.kg_view import DomainGraph
 from pipelines.agent.protocols import Protocol
+from pipelines.agent.requests import CallRequest
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.scope import Scope, subgraph_entities
-from pipelines.agent.server import CallRequest
 from pipelines.agent.tools import KGToolbox, ToolCall, ToolResult
 from pipelines.config import Params
 from pipelines.eval.contexts import retrieval_context, scoped_graph_context
