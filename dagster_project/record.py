@@ -27,8 +27,7 @@ with warnings.catch_warnings():  # partitioned asset checks are a preview featur
     from dagster_project.defs.resources import OmneResource
 from pipelines.config import Params
 from pipelines.manifest import read_manifest
-from pipelines.run import BuiltArtifact
-from pipelines.stages import STAGES
+from pipelines.stages import STAGES, BuiltArtifact
 
 RECORDED_BY_TAG = "omne/recorded_by"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}  # the run's events are in the UI, not on stdout

@@ -21,8 +21,7 @@ import yaml
 
 from pipelines.config import Params
 from pipelines.domains import load_registry
-from pipelines.run import BuiltArtifact
-from pipelines.stages import MAIN_DVC_FILE, STAGES
+from pipelines.stages import MAIN_DVC_FILE, STAGES, BuiltArtifact
 
 DVC_TIMEOUT_S = 600
 

@@ -36,7 +36,7 @@ from pipelines.manifest import BuildResult
 from pipelines.qa.build import read_generic_words, read_qa_dataset
 from pipelines.qa.expectations import validate_qa_table
 from pipelines.stage_process import read_status_kib, reset_peak_rss, run_in_child, stages_inline
-from pipelines.stages import EVALUATION, STAGES, TRAINING, Stage, evaluated_model
+from pipelines.stages import EVALUATION, STAGES, TRAINING, BuiltArtifact, Stage, evaluated_model
 from pipelines.tables import (
     print_domain_sources,
     print_domain_table,
@@ -60,21 +60,6 @@ class DomainRow(BaseModel):
     index_state: str
     qa_state: str = ""
     seconds: float
-
-
-class BuiltArtifact(BaseModel):
-    """One artifact the job built or found up to date: its stage (a name of the stage registry, pipelines/stages.py:
-    the Dagster asset and the DVC stage), its domain partition, and its folder."""
-
-    stage: str
-    partition: str | None = None
-    folder: Path
-
-    @property
-    def dvc_stage(self) -> str:
-        """The stage's address in its dvc.yaml (`foreach` stages are `<name>@<domain>`); an unknown stage name is an
-        error (``UnknownStageError``)."""
-        return STAGES.get(self.stage).dvc_address(self.partition)
 
 
 class Recorder(Protocol):

@@ -436,3 +436,18 @@ def write_dvc_yaml(root: Path, *, check: bool = False, registry: Registry = STAG
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text, encoding="utf-8")
     return changed
+
+
+class BuiltArtifact(BaseModel):
+    """One artifact a run built or found up to date: its stage (a name of this registry: the Dagster asset and the
+    DVC stage), its domain partition, and its folder (what the recorders, dvc_lock and Dagster's, are told)."""
+
+    stage: str
+    partition: str | None = None
+    folder: Path
+
+    @property
+    def dvc_stage(self) -> str:
+        """The stage's address in its dvc.yaml (`foreach` stages are `<name>@<domain>`); an unknown stage name is an
+        error (``UnknownStageError``)."""
+        return STAGES.get(self.stage).dvc_address(self.partition)

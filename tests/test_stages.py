@@ -130,7 +130,7 @@ def test_the_recorders_refuse_an_unknown_stage(tmp_path: Path) -> None:
 
     from dagster_project.record import ASSETS, unrecorded
     from pipelines.dvc_lock import dvc_targets
-    from pipelines.run import BuiltArtifact
+    from pipelines.stages import BuiltArtifact
 
     assert list(ASSETS) == [s.name for s in STAGES.run_stages()]
     typo = [BuiltArtifact(stage="knowledge_graphs", partition="solar", folder=tmp_path)]
