@@ -55,6 +55,14 @@ def model_eos(lm: Any) -> set[int]:
     return {*([eos] if isinstance(eos, int) else (eos or []))}
 
 
+def autocast_wrapped(lm: Any) -> bool:
+    """Whether the forward that ``lm.generate`` runs is wrapped in a trainer's mixed precision (accelerate keeps the
+    unwrapped one as ``_original_forward``; a PEFT model generates with its base model's): keys then come out in
+    float32 (after the rotary embedding) and values in bf16, which a ``StaticCache`` (one dtype) cannot take in."""
+    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return hasattr(inner, "_original_forward")
+
+
 def _device(choice: str) -> str:
     if choice != "auto":
         return choice
@@ -291,9 +299,9 @@ class TransformersChatClient(LocalChatClient):
             options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if stop:  # each row ends at its first stop string; finished rows are padded
             options.update(stopping_criteria=self._stopping(stop))
-        # not in training mode (dropout; gradient checkpointing turns the cache off)
+        # not in training mode (dropout; gradient checkpointing turns the cache off), nor under a trainer's autocast
         cached = (self.prefix_cache and boundaries is not None and width > 1 and not self.lm.training
-                  and self._cacheable())
+                  and not autocast_wrapped(self.lm) and self._cacheable())
         with torch.inference_mode(), torch.random.fork_rng(
                 devices=[torch.cuda.current_device()] if self.device == "cuda" else []):
             if cached and boundaries is not None:

@@ -13,6 +13,9 @@ This module imports TRL (seconds): modules that must stay cheap import it inside
 from __future__ import annotations
 
 import logging
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -31,6 +34,25 @@ log = logging.getLogger(__name__)
 WRITTEN_FOR_TRL = "1.16.0"  # the TRL release the private overrides below were read against (trl==1.16.0)
 
 
+@contextmanager
+def start_model_reference(model: Any, args: Any, peft_config: Any) -> Iterator[None]:
+    """While TRL builds the trainer: a full-fine-tuning policy (no PEFT config) with a KL term (beta > 0) names, as
+    its config's path, a folder holding the policy as it starts. TRL loads the reference model from that path, which
+    for a start model merged from an adapter (stage 3 from a LoRA SFT model) is the adapter's base: not the stage's
+    start model, and without the tokens the SFT added (an index error in the reference's forward)."""
+    if model is None or isinstance(model, str) or not getattr(args, "beta", 0.0) or peft_config is not None:
+        yield
+        return
+    name = model.config._name_or_path
+    with tempfile.TemporaryDirectory(prefix="omne-rl-reference-") as folder:
+        model.save_pretrained(folder)
+        model.config._name_or_path = folder
+        try:
+            yield
+        finally:
+            model.config._name_or_path = name
+
+
 class ToolGRPOTrainer(GRPOTrainer):
     """GRPO with tool rollouts; ``credit: turn`` switches to KG-R1's turn-level advantages (from the configured
     rewards); a sampler that skips resampled-out questions (KG-Hopper history / KG-Reasoner hard-case
@@ -45,7 +67,8 @@ class ToolGRPOTrainer(GRPOTrainer):
         self.last_reward_parts: torch.Tensor | None = None  # (B, reward functions), unweighted, NaN: abstained
         self.keeper: CorrectRollouts | None = None  # keeps the exactly-correct rollouts (the stage-2 SFT data)
         # rollout_func: public but experimental in TRL 1.16.0 (it warns unless TRL_EXPERIMENTAL_SILENCE=1)
-        super().__init__(*args, rollout_func=rollouts, **kwargs)
+        with start_model_reference(kwargs.get("model"), kwargs.get("args"), kwargs.get("peft_config")):
+            super().__init__(*args, rollout_func=rollouts, **kwargs)
 
     # TRL 1.16.0 private override: GRPOTrainer._generate_and_score_completions(self, inputs) -> dict of tensors
     # (prompt/completion ids and masks, "advantages" of shape (B,), "tool_mask" from the rollout's env_mask).
