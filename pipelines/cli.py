@@ -18,7 +18,7 @@ from pipelines.domains import Domain, check_domain_name, load_registry
 from pipelines.errors import ArtifactMissingError, ConfigError, OmneError
 from pipelines.llm.base import LLMError
 from pipelines.params_doc import first_difference, params_doc_path, render_params_doc
-from pipelines.tables import print_eval_table, print_qa_stats
+from pipelines.tables import print_eval_table, print_qa_stats, print_sweep_table
 
 FORMATS = {"triples": "triples", "graphml": "lightrag_graphml", "lightrag-dir": "lightrag_workdir", "text": "text"}
 USER_ERRORS = (OmneError, LLMError, httpx.HTTPError)  # one line and exit code 2, not a traceback
@@ -612,21 +612,10 @@ def sft_sweep_command(ctx: click.Context, weights: tuple[float, ...], force: boo
     """The think-weight sweep: one SFT model per weight (sft.sweep_max_steps steps each), each evaluated on
     the same sample; writes artifacts/reports/think_sweep/ (sweep.json, sweep.png). A killed sweep resumes:
     finished models and reports are reused."""
-    from rich.console import Console
-    from rich.table import Table
-
     from pipelines.train.sweep import run_think_sweep
 
     result = run_think_sweep(_params(ctx), weights=list(weights) or None, force=force)
-    table = Table(title="think-weight sweep")
-    buckets = sorted({b for p in result.points for b in p.em_by_bucket})
-    for column in ("think weight", "steps", "final loss", "EM", *(f"EM {b}" for b in buckets), "F1", "gen tok/q"):
-        table.add_column(column, justify="right")
-    for p in result.points:
-        table.add_row(f"{p.think_weight:g}", str(p.steps), f"{p.final_loss:.4f}" if p.final_loss is not None else "-",
-                      f"{p.em:.3f}", *(f"{p.em_by_bucket.get(b, 0.0):.3f}" for b in buckets), f"{p.f1:.3f}",
-                      f"{p.generated_tokens_mean:.0f}")
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    print_sweep_table(result.points)
     click.echo(f"report: {result.folder / 'sweep.png'}")
 
 

@@ -134,6 +134,19 @@ def print_comparison(comparison: Any) -> None:
     out.print(c.verdict, highlight=False)
 
 
+def print_sweep_table(points: list[Any]) -> None:
+    """`omne sft sweep`'s table: one row per think weight (``pipelines.train.sweep``'s points), EM overall and per
+    bucket, F1 and the generated tokens per question."""
+    buckets = sorted({b for p in points for b in p.em_by_bucket})
+    table = _table("think-weight sweep", ["think weight", "steps", "final loss", "EM", *(f"EM {b}" for b in buckets),
+                                          "F1", "gen tok/q"], left=())
+    for p in points:
+        table.add_row(f"{p.think_weight:g}", str(p.steps), f"{p.final_loss:.4f}" if p.final_loss is not None else "-",
+                      f"{p.em:.3f}", *(f"{p.em_by_bucket.get(b, 0.0):.3f}" for b in buckets), f"{p.f1:.3f}",
+                      f"{p.generated_tokens_mean:.0f}")
+    console().print(table)
+
+
 def print_stage_table(times: StageTimes) -> None:
     """Wall time, share of the run and peak resident memory of each stage of one `omne run`, and where it ran
     (``main``: the `omne run` process, its high-water mark reset at the stage's start; ``child``: a process of
