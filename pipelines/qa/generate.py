@@ -267,7 +267,9 @@ def generate_llm_pairs(graph: RelationGraph, subgraphs: list[SeedSubgraph], qa: 
                 task.attempts[-1].feedback = "duplicate of an accepted question; ask something else"
             if len(task.attempts) <= qa.max_retries:
                 next_pending.append(task)
-        for bucket in BUCKETS:  # a seed given up is replaced while the bucket is short and spare seeds remain
+        # a seed given up is replaced while the bucket is short and spare seeds remain; not in a round where no
+        # request got a reply (an endpoint that is down would otherwise be asked about every spare seed in turn)
+        for bucket in BUCKETS if any(r.value is not None for r in results) else ():
             open_tasks = sum(t.bucket == bucket for t in next_pending) + sum(p.bucket == bucket for p in pairs)
             for sub in itertools.islice(unused[bucket], max(0, targets[bucket] - open_tasks)):
                 tasks.append(new_task(bucket, sub))
