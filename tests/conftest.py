@@ -196,6 +196,15 @@ def solar_qa(solar: Params) -> Params:
     return solar
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama (tests/model_support.py), one per test module; a module needing another shape overrides
+    the fixture."""
+    from tests.model_support import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
+
+
 @pytest.fixture
 def no_llm_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """The developer's own endpoint settings must not leak into the LLM client tests."""

@@ -102,13 +102,6 @@ def test_parts_split_join_and_unpack_as_the_device_calls_expect(tmp_path: Path) 
 
 # ----- what the dry run found on the paper profile's path (bf16 mixed precision, PPO with full fine-tuning) ----------
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.model_support import build_tiny_llama
-
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
-
-
 def test_a_full_fine_tuning_reference_is_the_start_model(tiny: Path) -> None:
     """TRL loads the KL reference from the path the policy's config names: a policy merged from an adapter (stage 3
     from a LoRA SFT model, with added tokens) names its base; while the trainer is built it names the policy itself."""

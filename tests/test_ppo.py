@@ -12,12 +12,6 @@ import pytest
 import torch
 
 from pipelines.config import Params, RLStageParams
-from tests.model_support import build_tiny_llama
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from pipelines.train.rl import train_rl
 from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages
 from pipelines.train.rl.data import rl_dataset, rl_questions
 from pipelines.train.rl.episodes import encode_trajectory
-from tests.model_support import build_tiny_llama
 
 RESPONSE = "<tool_response>\nEntity: Mars\nRelations (1):\n1. Phobos -[orbits]-> Mars\n</tool_response>"
 
@@ -34,11 +33,6 @@ def _trajectory() -> Trajectory:
         tool_calls=[ToolCallRecord(round=0, text='node_info(node_name="Mars", graph_type="solar")', name="node_info",
                                    ok=True, response=RESPONSE)],
         answer="Phobos", finish="answer", rounds=2)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,6 @@ from pipelines.train.rl.resampling import SkippingSampler, conversation_losses
 from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
 from pipelines.train.rl.trainers import WRITTEN_FOR_TRL, PPOToolTrainer, ToolGRPOTrainer
 from tests.conftest import PROJECT_ROOT
-from tests.model_support import build_tiny_llama
 
 # every private TRL method each class overrides (defined in the class itself); a new override belongs here, with a
 # behavioural test below
@@ -131,11 +130,6 @@ class Protocol:
 
     def assistant_prefix(self) -> str:
         return ""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
 
 
 def _trainer(tiny: Path, tmp_path: Path, *, cls: type = ToolGRPOTrainer, reward_funcs: list[Any] | None = None,

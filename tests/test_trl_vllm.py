@@ -14,7 +14,6 @@ import pytest
 from pipelines.config import Params, RLStageParams, load_params
 from pipelines.errors import ConfigError
 from tests.conftest import make_project
-from tests.model_support import build_tiny_llama
 
 TOOL_CALL = '<think>find Mars</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>'
 ANSWER = "<think>so it is Phobos</think><answer>Phobos</answer>"
@@ -30,11 +29,6 @@ def solar_kg(tmp_path_factory: pytest.TempPathFactory) -> Params:
     params = load_params(root / "params.yaml")
     build_knowledge_graph(load_registry(params.registry_path).get("solar"), params)
     return params
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
 
 
 def trl_vllm_generation(url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
