@@ -48,8 +48,10 @@ browser:
 lint: setup
 	$(BIN)/ruff check .
 
+# pytest-xdist: one worker per CPU (PYTEST_XDIST_AUTO_NUM_WORKERS overrides), each test file on one worker so its
+# module fixtures are built once; most tests wait on subprocesses, tiny models or I/O and leave a core idle.
 test: setup browser lint
-	$(BIN)/python -m pytest -q -ra --durations=20
+	$(BIN)/python -m pytest -q -ra --durations=20 -n auto --dist loadfile
 
 bench: setup
 	$(BIN)/omne run

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -203,6 +206,67 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.model_support import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def run_checked(cwd: Path, *args: str) -> str:
+    """Run a command as a user would in ``cwd`` (the venv's scripts first on PATH); its output, or a failed assert
+    showing the ends of both streams."""
+    result = subprocess.run(list(args), cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{args}: {result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
+
+
+def dvc_project(root: Path, tiny_model: Path) -> Path:
+    """A git + DVC repository laid out like the project (dvc.yaml, sweeps/, pipelines/), with the tiny solar domain
+    and a tiny random model (the mechanics are under test, not SmolLM2). The tiny domain makes a handful of QA
+    pairs: a large test share keeps its test split non-empty."""
+    from tests.model_support import use_tiny_models
+
+    make_project(root)
+    use_tiny_models(root / "params.yaml", tiny_model, qa={"test_share": 0.4, "val_share": 0.0})
+    shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
+    shutil.copytree(PROJECT_ROOT / "sweeps", root / "sweeps")
+    shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / ".gitignore").write_text("/artifacts/\n/.dagster_home/\n")
+    run_checked(root, "git", "init", "-q")
+    run_checked(root, "git", "config", "user.email", "test@example.com")
+    run_checked(root, "git", "config", "user.name", "test")
+    run_checked(root, "dvc", "init", "-q")
+    run_checked(root, "dvc", "config", "core.analytics", "false")
+    run_checked(root, "git", "add", "-A")
+    run_checked(root, "git", "commit", "-qm", "init")
+    return root
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    """A ``dvc_project`` that one `omne run` built completely (and recorded in its dvc.lock and Dagster instance)."""
+
+    root: Path  # shared by every test of the session: change a copy (``copy_to``), never this folder
+    output: str  # what `omne run` printed
+
+    def copy_to(self, dest: Path) -> Path:
+        shutil.copytree(self.root, dest, symlinks=True)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def built_run(tmp_path_factory: pytest.TempPathFactory) -> BuiltRun:
+    """One finished `omne run` of the tiny DVC project for the session: the tests that start from a finished run
+    (the CLI's rerun, `dvc repro` after it, a kill during a later stage) copy it instead of each training their own
+    (~150 s each on 2 cores). Under pytest-xdist the first worker to ask builds it, under a file lock in the folder
+    the workers share, and the others wait for it."""
+    worker_base = tmp_path_factory.getbasetemp()
+    shared = worker_base.parent if os.environ.get("PYTEST_XDIST_WORKER") else worker_base
+    folder, printed = shared / "built-run", shared / "built-run.out"
+    with FileLock(str(shared / "built-run.lock")):
+        if not printed.is_file():
+            from tests.model_support import build_tiny_llama
+
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed earlier in the session
+            project = dvc_project(folder / "repo", build_tiny_llama(folder / "tiny-llama"))
+            printed.write_text(run_checked(project, "omne", "run"), encoding="utf-8")
+    return BuiltRun(folder / "repo", printed.read_text(encoding="utf-8"))
 
 
 @pytest.fixture

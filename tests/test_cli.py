@@ -10,8 +10,7 @@ import networkx as nx
 import yaml
 
 from pipelines.stages import STAGES
-from tests.conftest import cli_env
-from tests.model_support import build_tiny_llama, use_tiny_models
+from tests.conftest import BuiltRun, cli_env
 
 
 def omne(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -55,9 +54,8 @@ def test_domains_lists_the_registry(project: Path) -> None:
     assert listed[0]["name"] == "solar" and listed[0]["source"]["kind"] == "triples"
 
 
-def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path, tmp_path: Path) -> None:
-    use_tiny_models(project / "params.yaml", build_tiny_llama(tmp_path / "tiny-llama"))
-    first = omne(project, "run").stdout
+def test_run_builds_everything_prints_the_table_and_is_idempotent(built_run: BuiltRun, tmp_path: Path) -> None:
+    first, project = built_run.output, built_run.copy_to(tmp_path / "project")
     assert "solar" in first and "built / built / built" in first
     assert "sft model: trained, 2 steps" in first and "base-tools" in first and "sft-tools" in first
     assert "rl stage 1: trained, 1 steps" in first and "rl stage 3: trained" in first and "rl-stage3-tools" in first
@@ -83,7 +81,7 @@ def test_run_builds_everything_prints_the_table_and_is_idempotent(project: Path,
     assert all(timings["peak_rss_mb"][stage] > 100 for stage in own)
     # what the run built is in the project's Dagster instance: 13 assets, their manifests and their checks
     assert f"record dagster: {len(run_stages)} new materializations" in first
-    assert "record dvc: skipped (no DVC project here)" in first
+    assert f"record dvc: {len(STAGES.dvc_addresses(['solar']))} stages in dvc.lock" in first
     recorded = _recorded_in_dagster(project / ".dagster_home")
     assert recorded["knowledge_graph[solar]"]["rows_entities"] == 28 and recorded["sft_model"]["path"].endswith("sft")
     assert set(recorded) - {"checks"} == {s.name + ("[solar]" if s.per_domain else "") for s in run_stages}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -15,8 +14,8 @@ import pytest
 import yaml
 
 from pipelines.stages import STAGES
-from tests.conftest import PROJECT_ROOT, cli_env, make_project
-from tests.model_support import build_tiny_llama, use_tiny_models
+from tests.conftest import BuiltRun, cli_env, dvc_project, run_checked
+from tests.model_support import build_tiny_llama
 
 MAIN_STAGES = STAGES.dvc_addresses(["solar"])  # the registry's order, which `dvc repro` follows here
 
@@ -25,34 +24,15 @@ def ran_stages(output: str) -> list[str]:
     return re.findall(r"Running stage '([^']+)'", output)
 
 
-def run(cwd: Path, *args: str) -> str:
-    result = subprocess.run(list(args), cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"{args}: {result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    return result.stdout + result.stderr
+run = run_checked
 
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    root = make_project(tmp_path / "repo")
-    # the tiny solar domain makes a handful of QA pairs: a large test share keeps its test split non-empty;
-    # the eval stage runs a tiny random model (the DVC mechanics are under test here, not SmolLM2)
-    params = root / "params.yaml"
-    use_tiny_models(params, build_tiny_llama(tmp_path / "tiny-llama"), qa={"test_share": 0.4, "val_share": 0.0})
-    shutil.copy(PROJECT_ROOT / "dvc.yaml", root / "dvc.yaml")
-    shutil.copytree(PROJECT_ROOT / "sweeps", root / "sweeps")
-    shutil.copytree(PROJECT_ROOT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / ".gitignore").write_text("/artifacts/\n/.dagster_home/\n")
-    run(root, "git", "init", "-q")
-    run(root, "git", "config", "user.email", "test@example.com")
-    run(root, "git", "config", "user.name", "test")
-    run(root, "dvc", "init", "-q")
-    run(root, "dvc", "config", "core.analytics", "false")
-    run(root, "git", "add", "-A")
-    run(root, "git", "commit", "-qm", "init")
-    return root
+    return dvc_project(tmp_path / "repo", build_tiny_llama(tmp_path / "tiny-llama"))
 
 
-def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, tmp_path: Path) -> None:
+def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, built_run: BuiltRun) -> None:
     out = run(repo, "dvc", "repro")
     assert "knowledge_graph@solar" in out and "entity_index@solar" in out
     assert (repo / "artifacts" / "index" / "solar" / "entities.lance").is_dir()
@@ -70,13 +50,10 @@ def test_repro_builds_the_same_files_as_the_cli_and_reruns_nothing(repo: Path, t
     again = run(repo, "dvc", "repro", "sweeps/dvc.yaml", "dvc.yaml")
     assert "Running stage" not in again and "up to date" in again.lower()
 
-    # the data stages rebuilt from scratch by the CLI, outside DVC, with the same params: byte-identical files
-    reference = make_project(tmp_path / "reference")
-    shutil.copy(repo / "params.yaml", reference / "params.yaml")
-    run(reference, "omne", "run", "--skip-eval")
+    # the data stages built by `omne run` in another repository with the same params: byte-identical files
     for folder in ("kg/solar", "qa/seeds/solar", "qa/pairs/solar", "qa/gold/solar", "qa/dataset"):
         ours, theirs = (json.loads((root / "artifacts" / folder / "manifest.json").read_text())["files"]
-                        for root in (repo, reference))
+                        for root in (repo, built_run.root))
         assert ours == theirs, folder
 
     status = run(repo, "dvc", "status")
@@ -99,11 +76,11 @@ def test_exp_run_switches_the_profile(repo: Path) -> None:
     assert manifest["params"]["profile"] == "paper"
 
 
-def test_dvc_repro_after_omne_run_recomputes_nothing(repo: Path) -> None:
+def test_dvc_repro_after_omne_run_recomputes_nothing(built_run: BuiltRun, tmp_path: Path) -> None:
     """`omne run` records what it built in dvc.lock: `dvc repro` then runs no stage, and a changed param reruns
     exactly the stages downstream of it."""
-    out = run(repo, "omne", "run")
-    assert f"record dvc: {len(MAIN_STAGES)} stages in dvc.lock" in out
+    assert f"record dvc: {len(MAIN_STAGES)} stages in dvc.lock" in built_run.output
+    repo = built_run.copy_to(tmp_path / "repo")
     again = run(repo, "dvc", "repro")
     assert ran_stages(again) == [] and "up to date" in again.lower()
     assert "up to date" in run(repo, "dvc", "status", "dvc.yaml").lower()  # (the sweep, never built, is not)
@@ -135,9 +112,15 @@ def _assert_complete_or_absent(root: Path) -> None:
                 assert sha256_file(path) == digest, f"{path} differs from its manifest"
 
 
-def test_kill_during_a_dvc_stage_then_repro_resumes(repo: Path) -> None:
+def test_kill_during_a_dvc_stage_then_repro_resumes(built_run: BuiltRun, tmp_path: Path) -> None:
     """kill -9 of `dvc repro` in the middle of training: every artifact is complete or absent, the finished
-    stages are not redone, and a second `dvc repro` completes the pipeline."""
+    stages are not redone, and a second `dvc repro` completes the pipeline. It starts from a finished run whose SFT
+    data and SFT params then changed (the data stages before them are not what this test is about)."""
+    repo = built_run.copy_to(tmp_path / "repo")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["sft_data"]["seed"] += 1
+    params["sft"]["learning_rate"] *= 2
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     process = subprocess.Popen(["dvc", "repro"], cwd=repo, env=cli_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = []
@@ -155,7 +138,7 @@ def test_kill_during_a_dvc_stage_then_repro_resumes(repo: Path) -> None:
     _assert_complete_or_absent(repo)
     resumed = run(repo, "dvc", "repro")
     ran = ran_stages(resumed)
-    assert "knowledge_graph@solar" not in ran and "qa_dataset" not in ran  # recorded in dvc.lock before the kill
+    assert "sft_conversations" not in ran and "qa_dataset" not in ran  # recorded in dvc.lock before the kill
     assert ran[-1] == "stage3_eval_report" and "sft_model" in ran
     _assert_complete_or_absent(repo)
     assert "up to date" in run(repo, "dvc", "status", "dvc.yaml").lower()
@@ -169,3 +152,22 @@ def test_commit_targets_name_the_file_only_for_every_stage() -> None:
     defined = {"knowledge_graph@solar", "qa_dataset", "sft_model"}
     assert commit_targets(["qa_dataset", "knowledge_graph@solar", "sft_model"], defined) == ["dvc.yaml"]
     assert commit_targets(["knowledge_graph@solar"], defined) == ["knowledge_graph@solar"]
+
+
+def test_a_project_without_dvc_is_not_recorded(tmp_path: Path) -> None:
+    """`omne run` in a folder that is not a DVC project (no dvc.yaml or no .dvc/) records nothing in DVC, and says
+    why; one that is records, given the params.yaml DVC reads and the profile it declares."""
+    from pipelines.config import load_params
+    from pipelines.dvc_lock import why_not_recordable
+    from tests.conftest import make_project
+
+    root = make_project(tmp_path / "project")
+    params = load_params(root / "params.yaml")
+    assert why_not_recordable(params, root / "params.yaml") == "no DVC project here"
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    assert why_not_recordable(params, root / "params.yaml") == "no DVC project here"  # no .dvc/ beside it
+    (root / ".dvc").mkdir()
+    assert why_not_recordable(params, root / "params.yaml") is None
+    assert "is not" in why_not_recordable(params, tmp_path / "other.yaml")
+    paper = load_params(root / "params.yaml", profile="paper")
+    assert why_not_recordable(paper, root / "params.yaml") == "the run used profile 'paper', params.yaml says 'quick'"
