@@ -297,6 +297,14 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
         names[:3], edges, "geography", "UAE Dirham", typed.model_copy(update={"types": []}))
     assert not any("asks for" in t or "too" in t for t in path_thoughts(names[:3], edges, "geography", "UAE Dirham",
                                                                        same))
+    # a 1-hop question from an entity of the answer's type ("AMERICIUM-244 [CATEGORY] decays to CURIUM-244
+    # [CATEGORY]"): the type tells nothing apart, only the relation does, so no thought names or checks it
+    one_hop = typed.model_copy(update={"types": ["currency", "currency"], "sentences": reading.sentences[1:]})
+    assert not any("asks for" in t for t in path_thoughts(names[1:3], edges[1:], "geography", "UAE Dirham", one_hop))
+    checked = one_hop.model_copy(update={"types": ["country", "currency"]})
+    assert path_thoughts(names[1:3], edges[1:], "geography", "UAE Dirham", checked)[-1] == (
+        "United Arab Emirates uses the UAE Dirham. The question asks for a currency; UAE Dirham is a currency. That "
+        "answers the question: UAE Dirham.")
     untyped = typed.model_copy(update={"types": ["city", None, "currency"]})  # an untyped bridge: no check
     assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", untyped)[2] == (
         "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: Which currency does United Arab "

@@ -61,11 +61,8 @@ from pipelines.train.rl.keep import read_kept_rollouts
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 7  # 2 counted the hops in the thinking ("Hop i of n"); 3 is back to 1's text, which did better;
-# 4 checks each hop's type against the question's (with tools.neighbor_types); 5 reads a label that joins two
-# entities both ways in the direction the gold path walked it; 6 checks types only where no bridge shares the answer's,
-# and reads an unlabelled relation with the phrase node_info shows; 7 shows a merged keyword list as its gist
-# (sft_data.thinking, also in the fingerprint, picks 3's "relations" text or the "remaining_question" one)
+TEMPLATE_VERSION = 8  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
+# the "relations" text or the "remaining_question" one)
 
 
 class SFTConversation(BaseModel):
@@ -133,14 +130,16 @@ def path_reading(graph: RelationGraph, nodes: list[str], edges: list[Any], *, de
 
 def asked_type(reading: PathReading | None) -> str | None:
     """The type the question asks for (its answer's, as node_info shows it), when it tells the answer from the
-    path's bridges; None when types are not shown or a bridge has that type too. A type every bridge may share
-    (a LightRAG graph's CATEGORY, nested sites) decides nothing: the fifteenth run's thinking wrote "X is a category
-    too, but the question goes on from it" on a third of its conversations, and the model walked past answers it
-    had reached (docs/sft.md, "Conversations"); without the check the remaining question says when to stop."""
+    path's other entities; None when types are not shown or the start or a bridge has that type too. A type every
+    entity may share (a LightRAG graph's CATEGORY, nested sites) decides nothing: the fifteenth run's thinking wrote
+    "X is a category too, but the question goes on from it" on a third of its conversations, and the model walked
+    past answers it had reached; on a 1-hop question it taught "the question asks for a CATEGORY; Y is a CATEGORY",
+    a choice by type where only the relation decides (docs/sft.md, "Conversations"). Without the check the relation
+    and the remaining question say when to stop."""
     if reading is None or not reading.types:
         return None
     asked = reading.types[-1]
-    return None if asked in reading.types[1:-1] else asked
+    return None if asked in reading.types[:-1] else asked
 
 
 def type_check(reading: PathReading, node: int, name: str) -> str:
