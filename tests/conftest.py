@@ -211,7 +211,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_checked(cwd: Path, *args: str) -> str:
     """Run a command as a user would in ``cwd`` (the venv's scripts first on PATH); its output, or a failed assert
     showing the ends of both streams."""
-    result = subprocess.run(list(args), cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=900)
+    result = subprocess.run(list(args), cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{args}: {result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     return result.stdout + result.stderr
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from pipelines.stages import STAGES
-from tests.conftest import BuiltRun, cli_env, dvc_project, run_checked
+from tests.conftest import BuiltRun, cli_env, dvc_project
+from tests.conftest import run_checked as run
 from tests.model_support import build_tiny_llama
 
 MAIN_STAGES = STAGES.dvc_addresses(["solar"])  # the registry's order, which `dvc repro` follows here
@@ -22,9 +23,6 @@ MAIN_STAGES = STAGES.dvc_addresses(["solar"])  # the registry's order, which `dv
 
 def ran_stages(output: str) -> list[str]:
     return re.findall(r"Running stage '([^']+)'", output)
-
-
-run = run_checked
 
 
 @pytest.fixture()
