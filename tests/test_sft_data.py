@@ -39,7 +39,7 @@ def test_template_conversations_walk_gold_paths_with_real_tool_responses(solar_q
         assert format_problems(record) == [] and record.golden_answer == pair.answer
         turns = record.conversations
         assert turns[0]["from"] == "human" and pair.question in turns[0]["value"]
-        assert turns[-1]["value"].endswith(f"<answer>{pair.answer}</answer>")
+        assert turns[-1]["value"].endswith(f"<answer> {pair.answer}</answer>")  # after a space, as the thinking
         observations = [t["value"] for t in turns if t["from"] == "observation"]
         assert observations[0].startswith("<tool_response>\nFound ") and pair.path[0] in observations[0]
         for node, response in zip(pair.path[1:], observations[1:], strict=True):

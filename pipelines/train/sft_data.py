@@ -61,7 +61,7 @@ from pipelines.train.rl.keep import read_kept_rollouts
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 8  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
+TEMPLATE_VERSION = 9  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
 # the "relations" text or the "remaining_question" one)
 
 
@@ -87,6 +87,13 @@ def omne_protocol(mode: str = "think", specs: str = "json") -> OmneProtocol:
 
 def _call(name: str, entity: str, domain: str) -> str:
     return f"{name}(node_name={json.dumps(entity, ensure_ascii=False)}, graph_type={json.dumps(domain)})"
+
+
+def answer_block(answer: str) -> str:
+    """The answer as the thinking wrote it, after a space: a BPE tokenizer reads " NIST" (after "question:") as one
+    token but "<answer>NIST" as "N" + "IST", and a small model that has to spell the name anew garbles it
+    ("Nation"). Every parser strips the space."""
+    return f"<answer> {answer}</answer>"
 
 
 def _gpt(think: str, action: str, mode: str) -> str:
@@ -300,7 +307,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
             turns.append({**turns[-2], "train": "false"})
             turns.append({"from": "observation", "value": protocol.response_message(REPEAT_NOTE)})
             thoughts[i + 2] = f"The response above is all node_info shows for {node}. {thoughts[i + 2]}"
-    turns.append({"from": "gpt", "value": _gpt(thoughts[-1], f"<answer>{pair.answer}</answer>", mode)})
+    turns.append({"from": "gpt", "value": _gpt(thoughts[-1], answer_block(pair.answer), mode)})
     suffix = ("-r" if recover else "-m") if start_as else "-l" if loop_at is not None else ""
     return SFTConversation(id=f"{pair.id}-t{path_index}{suffix}", graph_type=shown,
                            question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
