@@ -134,8 +134,8 @@ def unseen_project(project: Path, graph: Path, name: str, base: Path, test_share
 def behaviour(project: Path, run: str) -> dict[str, Any]:
     metrics = json.loads((project / "artifacts" / "reports" / run / "metrics.json").read_text(encoding="utf-8"))
     b = metrics["behaviour"]
-    keys = ("answered_episodes", "answer_from_tools_share", "missing_entity_calls_per_sample",
-            "missing_entity_call_share", "repeated_call_finish_share", "finish")
+    keys = ("answered_episodes", "answer_from_tools_share", "answer_in_last_thought_share",
+            "missing_entity_calls_per_sample", "missing_entity_call_share", "repeated_call_finish_share", "finish")
     by_hops = {h: {"n": s["n"], "em": round(s["em"], 4), "em_wilson95": [round(s["em_low"], 3), round(s["em_high"], 3)]}
                for h, s in metrics["by_hops"].items()}
     overall = metrics["overall"]
@@ -163,7 +163,8 @@ def figures_line(label: str, s: dict[str, Any]) -> list[str]:
     return [f"  {label:<18} EM {s['em']:.3f} [{s['em_wilson95'][0]:.2f}-{s['em_wilson95'][1]:.2f}] on {s['n']}, "
             + (f"1-hop {one['em']:.3f} [{one['em_wilson95'][0]:.2f}-{one['em_wilson95'][1]:.2f}] on {one['n']}, "
                if one else "") + f"normalised EM {s['norm_em']:.3f}, answered {s['answered']:.0%}",
-            f"  {'':<18} answers the tools showed {b['answer_from_tools_share']:.0%} of {b['answered_episodes']}, "
+            f"  {'':<18} answers the tools showed {b['answer_from_tools_share']:.0%} of {b['answered_episodes']} "
+            f"({(b.get('answer_in_last_thought_share') or 0):.0%} as the last thought wrote them), "
             f"calls naming a missing entity {b['missing_entity_calls_per_sample']:.2f}/q "
             f"({b['missing_entity_call_share']:.0%} of calls), ended by a repeated call "
             f"{b['repeated_call_finish_share']:.0%}"]

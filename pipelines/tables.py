@@ -110,7 +110,8 @@ def print_eval_table(runs: list) -> None:
     for metrics in runs:  # what the agent did with the tools (docs/evaluation.md, "Behaviour")
         b = metrics.behaviour
         out.print(f"{metrics.run}: answers the tools showed {b.answer_from_tools_share:.0%} of {b.answered_episodes} "
-                  f"answered · calls naming a missing entity {b.missing_entity_calls_per_sample:.2f}/q "
+                  f"answered ({b.answer_in_last_thought_share:.0%} as the last thought wrote them) · calls naming a "
+                  f"missing entity {b.missing_entity_calls_per_sample:.2f}/q "
                   f"({b.missing_entity_call_share:.0%} of calls) · ended by a repeated call "
                   f"{b.repeated_call_finish_share:.0%}", highlight=False)
     for metrics in runs:  # where each run's generating time went (a local backend only)

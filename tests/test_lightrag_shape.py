@@ -27,7 +27,7 @@ from pipelines.agent.trajectory import ToolCallRecord, Trajectory
 from pipelines.config import Params, load_params
 from pipelines.domains import SourceSpec, load_registry
 from pipelines.errors import KGSourceError, RegistryError
-from pipelines.eval.behaviour import answer_from_tools, behaviour
+from pipelines.eval.behaviour import answer_from_tools, answer_in_last_thought, behaviour
 from pipelines.eval.schema import Behaviour
 from pipelines.kg.build import build_entity_index, build_knowledge_graph
 from pipelines.kg.importers import import_source, lightrag_records, read_lightrag_graphml
@@ -705,6 +705,21 @@ def test_answer_from_tools_needs_the_exact_name_in_a_successful_response() -> No
     assert not answer_from_tools(episode(None, [record(MATCHER)]))
     assert not answer_from_tools(episode("", [record(MATCHER)]))
     assert not answer_from_tools(episode("RADIUM-213", []))
+
+
+def test_answer_in_last_thought_finds_the_answer_spelled_as_the_thought_before_it() -> None:
+    def said(thought: str, answer: str | None) -> Trajectory:
+        turns = [{"role": "assistant", "content": "<think>Francium-217 decays.</think><tool_call>x</tool_call>"},
+                 {"role": "user", "content": "<tool_response>\nRADIUM-213\n</tool_response>"},
+                 {"role": "assistant", "content": f"<think>{thought}</think>\n<answer> {answer}</answer>"}]
+        return episode(answer, [record(MATCHER)]).model_copy(update={"messages": turns})
+
+    assert answer_in_last_thought(said("That answers the question: RADIUM-213.", "RADIUM-213"))
+    # the eighteenth run: thought NIST, answered Nation (the answer respelled on its way into the tag)
+    assert not answer_in_last_thought(said("That answers the question: NIST.", "Nation"))
+    assert not answer_in_last_thought(said("That answers the question: RADIUM-213.", "RADIUM-21"))  # a part of it
+    assert not answer_in_last_thought(said("Francium-217 decays.", None))
+    assert not answer_in_last_thought(episode("RADIUM-213", [record(MATCHER)]))  # no thought at all
 
 
 def test_behaviour_counts_tool_answers_missing_entities_and_repeated_call_endings() -> None:

@@ -72,6 +72,18 @@ def answer_from_tools(t: Trajectory) -> bool:
     return any(c.ok and pattern.search(c.response or "") for c in t.tool_calls)
 
 
+def answer_in_last_thought(t: Trajectory) -> bool:
+    """The answer, exactly as written, is a whole name in the thought just before it: the thinking names what it
+    answers, so an answer that differs was respelled on the way into ``<answer>`` (a tokenizer that splits the
+    name otherwise there; TEMPLATE_VERSION 9, CHANGELOG.md)."""
+    answer = (t.answer or "").strip()
+    last = next((m.get("content", "") for m in reversed(t.messages) if m.get("role") == "assistant"), "")
+    thought = re.findall(r"<think>(.*?)</think>", last, flags=re.S)
+    if not answer or not thought:
+        return False
+    return re.search(r"(?<![\w-])" + re.escape(answer) + r"(?![\w-])", thought[-1]) is not None
+
+
 OUTCOMES = ("correct", "stopped_on_path", "misspelled_answer", "start_not_reached", "no_answer", "wrong_answer")
 _MISSPELLED_RATIO = 0.8  # difflib similarity of a wrong answer to a gold answer above which it counts as retyped
 
@@ -126,7 +138,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
     histogram: Counter[int] = Counter()
     finish: Counter[str] = Counter()
     repeated = invalid = retrieved = unknown_graph = other_graph = 0
-    answered = from_tools = missing_entity = 0
+    answered = from_tools = in_thought = missing_entity = 0
     coverage: list[float] = []
     efficiency_values: list[float] = []
     outcomes: Counter[str] = Counter()
@@ -146,6 +158,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         if (t.answer or "").strip():
             answered += 1
             from_tools += answer_from_tools(t)
+            in_thought += answer_in_last_thought(t)
         missing_entity += sum(1 for c in t.tool_calls if c.error_type == "entity_not_found")
         gold_path = gold_paths.get(t.qa_id) if gold_paths else None
         if (outcome := episode_outcome(t, gold_path)) is not None:
@@ -174,6 +187,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         retrieval_rate=retrieved / n,
         answered_episodes=answered,
         answer_from_tools_share=from_tools / answered if answered else 0.0,
+        answer_in_last_thought_share=in_thought / answered if answered else 0.0,
         missing_entity_calls_per_sample=missing_entity / n,
         missing_entity_call_share=missing_entity / max(1, sum(len(t.tool_calls) for t in trajs)),
         repeated_call_finish_share=finish["repeated_call"] / n,

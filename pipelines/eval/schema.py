@@ -94,6 +94,7 @@ class Behaviour(BaseModel):
     # entities that exist, and stop retrying a failed call?
     answered_episodes: int = 0  # episodes with a non-empty answer
     answer_from_tools_share: float = 0.0  # of the answered: the answer, exactly as written, in a successful response
+    answer_in_last_thought_share: float = 0.0  # of the answered: the answer, as written, in the thought before it
     missing_entity_calls_per_sample: float = 0.0  # calls that named an entity not in the graph (entity_not_found)
     missing_entity_call_share: float = 0.0  # those calls / all calls
     repeated_call_finish_share: float = 0.0  # episodes ended for repeating the same call (finish repeated_call)
