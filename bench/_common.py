@@ -24,11 +24,13 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -263,7 +265,7 @@ class BenchParser(argparse.ArgumentParser):
         common = self.add_argument_group("common options (every bench script)")
         common.add_argument("--out", type=Path, default=None, metavar="PATH",
                             help=f"results folder: the JSON goes to PATH/{name}.json (a PATH ending in .json is the "
-                                 f"file itself); default: bench/results/ (git-ignored), with --toy "
+                                 f"file itself); default: bench/results/ (committed from real runs), with --toy "
                                  f"{TOY_RESULTS_DIR}/")
         self._toy_action = common.add_argument("--toy", action="store_true", help="toy sizes")
         if repeat is not None:
@@ -353,10 +355,39 @@ def args_record(args: argparse.Namespace) -> dict[str, Any]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
 
+def git_state() -> dict[str, Any]:
+    """The commit the run measured and the tracked files that differed from it: a committed figure names its code."""
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    changed = [line[3:] for line in (status or "").splitlines() if line.strip()]
+    return {"commit": head.strip() if head else None, "dirty": bool(changed) if status is not None else None,
+            "changed": changed[:50]}
+
+
+def provenance(results: dict[str, Any]) -> dict[str, Any]:
+    """Where a results file comes from, in one place whatever the script: commit, UTC date, command line, toy or
+    not, cores and load (scripts record the load at start as machine.load_average_at_start or load_average.start)."""
+    args = results.get("args") or {}
+    machine = results.get("machine") or {}
+    start = machine.get("load_average_at_start") or (results.get("load_average") or {}).get("start")
+    return {**git_state(), "date": datetime.now(UTC).isoformat(timespec="seconds"), "command": list(sys.argv),
+            "toy": bool(args.get("toy")), "cpu_cores": os.cpu_count(),
+            "load_average": {"start": start, "end": load_average()}}
+
+
 def write_results(results: dict[str, Any], table: str, out: Path, started: float) -> None:
-    """Total time and table into ``results``, the JSON to ``out``, the table to stdout."""
+    """Total time, table and provenance into ``results``, the JSON to ``out``, the table to stdout.
+    bench/tables.py renders the table into docs/benchmarks.md with the provenance's date, commit and load."""
     results["total_s"] = round(time.perf_counter() - started, 1)
     results["table"] = table.splitlines()
+    results["provenance"] = provenance(results)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print("\n" + table)

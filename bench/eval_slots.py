@@ -165,7 +165,7 @@ def build_parser() -> BenchParser:
         "eval_slots", description=__doc__.split("\n\n")[0],
         epilog=f"Targets (printed as PASS/MISS, never asserted): {TARGET_QUESTIONS} questions evaluated in <= "
                f"{TARGET_WALL_S:g} s; ours >= {TARGET_SPEEDUP:g}x the baseline's wall speed.\nResults: a table on "
-               "stdout, every number in --out (bench/results/ is git-ignored).",
+               "stdout, every number in --out (default: bench/results/).",
         toy=TOY, toy_note="the throw-away project's solar QA dataset (built in-process) and a tiny random llama as "
                           "the base model",
         repeat=2, repeat_help="rounds of baseline then ours, in turn; the best run of each kept, the per-round "

@@ -536,7 +536,7 @@ def build_parser() -> BenchParser:
                     "and a rerun answered from the disk cache.",
         epilog="Targets (printed as PASS/MISS, never asserted): seeds >= 5x faster than networkx with the same "
                "results;\nLLM generation with concurrency >= 10x the sequential throughput; the cached rerun sends "
-               "no request.\nResults: a table on stdout, every number in --out (bench/results/ is git-ignored).",
+               "no request.\nResults: a table on stdout, every number in --out (default: bench/results/).",
         toy=TOY, toy_note="the domains: the throw-away project's solar domain (its KG built in-process)",
         repeat=3, repeat_help="seeds runs per registry domain (ours and networkx in turn, best kept)",
         seed_help="seed of the generated graph and of the networkx node sample")

@@ -179,7 +179,7 @@ def build_parser() -> BenchParser:
         "rl_step", description=__doc__.split("\n\n")[0],
         epilog=f"Target (printed as PASS/MISS, never asserted): ours >= {TARGET_SPEEDUP['seeds']:g}x (--compare merge: "
                f"{TARGET_SPEEDUP['merge']:g}x) the baseline's generated "
-               "tokens/s.\nResults: a table on stdout, every number in --out (bench/results/ is git-ignored).",
+               "tokens/s.\nResults: a table on stdout, every number in --out (default: bench/results/).",
         toy=TOY, toy_note="the throw-away project's solar QA dataset (built in-process) and a tiny random llama as "
                           "the base model",
         repeat=3, repeat_help="rounds of baseline then ours, in turn; the best run of each kept, the per-round "

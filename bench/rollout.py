@@ -557,7 +557,7 @@ def build_parser() -> BenchParser:
         epilog="Target (printed as PASS/MISS, never asserted): batched >= 5x the sequential questions/s.\n"
                "The defaults keep each sequential run to 3-5 minutes on 2 CPU cores (11-15 minutes in all, 2 runs of "
                "each).\n"
-               "Results: a table on stdout, every number in --out (bench/results/ is git-ignored).",
+               "Results: a table on stdout, every number in --out (default: bench/results/).",
         toy=TOY, toy_note="the throw-away project's solar QA dataset (built in-process) and a tiny random llama as "
                           "the base model",
         repeat=2, repeat_help="runs of each engine (sequential then batched, in turn; the fastest kept)",

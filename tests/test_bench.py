@@ -30,7 +30,7 @@ WORKERS = 3
 SCRIPTS = ["orchestration", "reliability", "tools", "kg_build", "qa", "rollout", "rl_curve", "transfer", "sft",
            "sft_precision", "sft_packing", "sft_lm_head", "sft_lora_layers", "graph_names", "rl_step", "eval_slots", "node_info_order",
            "onnx_quant", "unseen_graph"]
-COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s"}
+COMMON_KEYS = {"benchmark", "date", "machine", "args", "table", "total_s", "provenance"}
 RATIO_KEY = re.compile(r"(^|_)(ratio|ratios|speedup|speedups)(_|$)")
 
 
@@ -114,6 +114,7 @@ def get(results: dict[str, Any], dotted: str) -> Any:
 def check_common(name: str, results: dict[str, Any], required: list[str]) -> None:
     assert COMMON_KEYS <= results.keys(), COMMON_KEYS - results.keys()
     assert results["benchmark"] == name and results["args"]["toy"] is True
+    assert results["provenance"]["toy"] is True  # bench/tables.py refuses it
     assert results["total_s"] > 0 and results["table"] and all(isinstance(line, str) for line in results["table"])
     found = list(ratios(results))
     for path, value in found:  # CPU time is counted in 10 ms ticks: a toy stage's can be 0, its ratio None
@@ -339,7 +340,8 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "onnx_quant": check_onnx_quant, "unseen_graph": check_unseen_graph}
 
 
-NOT_BENCHMARKS = {"gpu_check", "gpu_carry"}  # the GPU check and its carry: tests/test_gpu_check.py
+# the GPU check and its carry: tests/test_gpu_check.py; the docs' generated tables: tests/test_bench_tables.py
+NOT_BENCHMARKS = {"gpu_check", "gpu_carry", "tables"}
 
 
 def test_every_bench_script_has_a_toy_check() -> None:
