@@ -20,6 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
+import functools  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
@@ -315,6 +316,7 @@ class BenchParser(argparse.ArgumentParser):
             self.set_defaults(**self.toy_values)
             parsed = super().parse_args(args, namespace)
         parsed.out = results_file(parsed.out, self.bench_name, parsed.toy)
+        git_state()  # the commit at the start: a commit made during a long run must not be credited with it
         if parsed.toy:  # one thread per process: toy sizes gain nothing from more, and a busy machine loses
             os.environ.setdefault("OMP_NUM_THREADS", "1")
             if "torch" in sys.modules:
@@ -355,6 +357,7 @@ def args_record(args: argparse.Namespace) -> dict[str, Any]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
 
+@functools.cache
 def git_state() -> dict[str, Any]:
     """The commit the run measured and the tracked files that differed from it: a committed figure names its code."""
     def git(*argv: str) -> str | None:
