@@ -653,9 +653,10 @@ def rl_command(ctx: click.Context, stage: str, start: str | None, name: str | No
               help="Questions per bucket (with --kgqa: questions), a stable sample (default: eval.limit).")
 @click.option("--protocol", type=click.Choice(["omne", "kg_r1", "search"]),
               help="Agent protocol (default: agent.protocol).")
-@click.option("--baseline", type=click.Choice(["direct", "cot", "tools", "retrieval", "graph"]),
+@click.option("--baseline", type=click.Choice(["direct", "cot", "tools", "retrieval", "graph", "lightrag"]),
               help="Evaluate a baseline instead: no tools (direct, cot), the base model with tools (tools), "
-                   "retrieved facts (retrieval) or the question's subgraph (graph) in the prompt.")
+                   "retrieved facts (retrieval), the question's subgraph (graph) or the context the lightrag-hku "
+                   "library retrieves with the model's keywords (lightrag) in the prompt.")
 @click.option("--endpoint",
               help="An OpenAI-compatible server to generate with (e.g. a `vllm serve` URL ending in /v1).")
 @click.option("--tools-server", help="Call a running `omne tools serve` instead of in-process tools.")
@@ -731,6 +732,10 @@ def eval_command(ctx: click.Context, model: str, split: str | None, limit: int |
                    f"({summary['skipped']} skipped); topic entity in the KG {summary['topic_found']:.0%}, "
                    f"an answer in the {summary['hops']}-hop subgraph {summary['answer_in_subgraph']:.0%} "
                    "(the most Hit@1 can reach)")
+    if result.lightrag:
+        told = ", ".join(f"{k} {v}" for k, v in result.lightrag["outcomes"].items() if v)
+        click.echo(f"lightrag ({result.lightrag['mode']}): {result.lightrag['questions']} questions: {told}; "
+                   f"no keyword from the model for {result.lightrag['empty_keyword_share']:.0%}")
     click.echo(f"report: {result.folder / 'report.html'}")
 
 

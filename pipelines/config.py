@@ -329,6 +329,24 @@ class EvalParams(DomainSelection):
         "did."))
 
 
+class LightRAGParams(_Section):
+    """The LightRAG baseline (``omne eval --baseline lightrag``): the lightrag-hku library's retrieval over the
+    domain's graph, its keywords written by the evaluated model (docs/evaluation.md)."""
+
+    mode: Literal["local", "global", "hybrid", "mix", "naive"] = Field("hybrid", description=(
+        "LightRAG's query mode: `hybrid` (entities by low-level keywords, relations by high-level ones); the "
+        "graph is loaded without text chunks, so `mix` adds nothing to it and `naive` finds nothing."))
+    top_k: int = Field(10, ge=1, description=(
+        "Entities (local) and relations (global) LightRAG retrieves per question (LightRAG's default: 40)."))
+    entity_tokens: int = Field(1000, ge=1, description=(
+        "Token budget of the context's entities (LightRAG's max_entity_tokens, default 6000), counted with the "
+        "index encoder's tokenizer."))
+    relation_tokens: int = Field(1000, ge=1, description=(
+        "Token budget of the context's relations (LightRAG's max_relation_tokens, default 8000)."))
+    keyword_tokens: int = Field(128, ge=1, description=(
+        "Most tokens the evaluated model may write for LightRAG's keyword JSON."))
+
+
 class SFTDataParams(DomainSelection):
     """Stage-2 SFT conversations: which sources, how many, in which mode."""
 
@@ -589,6 +607,9 @@ class Params(_Section):
         "The tool-using agent's rollouts: evaluation, RL rollouts, SFT data collection (docs/evaluation.md)."))
     eval: EvalParams = Field(EvalParams(), description=(
         "Evaluation: which questions, how many rollouts, the baselines (docs/evaluation.md)."))
+    lightrag: LightRAGParams = Field(LightRAGParams(), description=(
+        "The LightRAG baseline: the lightrag-hku library's retrieval, then the evaluated model answers "
+        "(docs/evaluation.md)."))
     sft_data: SFTDataParams = Field(SFTDataParams(), description=(
         "Stage-2 SFT conversations (ShareGPT) from the train split (docs/sft.md)."))
     sft: SFTParams = Field(SFTParams(), description=(

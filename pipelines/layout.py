@@ -22,6 +22,11 @@ def index_dir(artifacts: Path, domain: str) -> Path:
     return artifacts / "index" / domain
 
 
+def lightrag_dir(artifacts: Path, domain: str) -> Path:
+    """A domain's graph loaded into the lightrag-hku library (its working dir), for the LightRAG baseline."""
+    return artifacts / "lightrag" / domain
+
+
 def qa_dir(artifacts: Path, kind: str, domain: str | None = None) -> Path:
     """qa/{seeds,pairs,gold}/<domain>/ and qa/dataset/."""
     return artifacts / "qa" / kind / domain if domain else artifacts / "qa" / kind

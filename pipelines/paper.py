@@ -309,11 +309,11 @@ def table1(b: PaperBuilds) -> PaperTable:
                              "project's domains; the counts are the merged dataset's (all splits)."])
 
 
-def lightrag_row(b: PaperBuilds, key: str, label: list[str], table: int) -> Row:
-    """A LightRAG baseline row (Tables 2 and 7): not run, as no baseline queries a graph through the lightrag-hku
-    library yet (docs/paper.md)."""
-    return score_row(key, label, None, b.params, table, method_column=True,
-                     note="the LightRAG baseline (the lightrag-hku library) is not wired in yet")
+def lightrag_row(b: PaperBuilds, key: str, label: list[str], table: int, mode: str = "think") -> Row:
+    """A LightRAG baseline row (Tables 2 and 7): the base model answering from the context the lightrag-hku library
+    retrieves with its keywords (``--baseline lightrag``), in ``mode``, scored as the free-form rows are."""
+    return score_row(key, label, b.base_report(mode, "lightrag"), b.params, table, judge=b.params.eval.judge,
+                     method_column=True)
 
 
 def table2(b: PaperBuilds) -> PaperTable:
@@ -323,7 +323,7 @@ def table2(b: PaperBuilds) -> PaperTable:
             score_row("direct-no-think", ["Direct answer (w/o think)"], b.base_report("no_think", "direct"), b.params,
                       2, judge=judge, method_column=True),
             lightrag_row(b, "lightrag-think", ["LightRAG (w think)"], 2),
-            lightrag_row(b, "lightrag-no-think", ["LightRAG (w/o think)"], 2),
+            lightrag_row(b, "lightrag-no-think", ["LightRAG (w/o think)"], 2, "no_think"),
             score_row("base-tools", ["Base model (w think) reasoning with KG tools"], b.base_report("think"),
                       b.params, 2, method_column=True)]
     return PaperTable(number=2, title="baselines of the base model", profile=b.params.profile,

@@ -8,7 +8,7 @@ engine serves them all (docs/architecture.md, "The agent protocol").
   at most H queries, answers as a list.
 - ``search`` (seeds 001/002): ``<search>entity</search>`` inside the reasoning; generation stops, the
   environment injects ``<searched_triples>…</searched_triples>`` and the same reasoning continues.
-- baselines: one round, no tools (direct, CoT, retrieval context, graph in the prompt).
+- baselines: one round, no tools (direct, CoT, retrieval context, graph in the prompt, LightRAG's context).
 
 Generation stops at the end of a call, so the model cannot write past it; text in which the model
 imitates a tool response is cut off there and never executed, counted or rewarded.
@@ -220,6 +220,8 @@ class DirectProtocol(Protocol):
                          "entity only.",
             "graph": "The question's knowledge-graph neighbourhood is given as a JSON list of triples. Reason "
                      "over it, then answer with the name of the entity only.",
+            "lightrag": "Use the knowledge-graph context retrieved for the question (entities and relationships). "
+                        "Answer with the name of the entity only.",
         }[self.style]
         think = " Reason inside <think> </think> first." if self.mode == "think" and self.style != "cot" else ""
         return f"{how}{think} Write the answer inside <answer> </answer>."

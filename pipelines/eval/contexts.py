@@ -2,10 +2,11 @@
 
 ``direct`` / ``cot`` answer from the question alone, ``tools`` is the base model with the protocol's
 tools, ``retrieval`` (LightRAG-style) gets the entities nearest the question with their neighbourhoods,
-and ``graph`` (EoG's graph-in-prompt) the triples around the question's start or topic entities as a
-JSON list. The contexts live here, in one module, for both question sources (a QA split and an external
-KGQA set), so the two baselines are built the same way whatever the questions are; the graph walk
-(:func:`neighbourhood`) exists once.
+``graph`` (EoG's graph-in-prompt) the triples around the question's start or topic entities as a
+JSON list, and ``lightrag`` the context the lightrag-hku library retrieves (built apart, in
+:mod:`pipelines.eval.lightrag_baseline`: it needs the evaluated model). The contexts live here, in one
+module, for both question sources (a QA split and an external KGQA set), so the two baselines are built
+the same way whatever the questions are; the graph walk (:func:`neighbourhood`) exists once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pipelines.agent.kg_view import DomainGraph
 from pipelines.agent.tools import KGToolbox
 from pipelines.qa.models import QAPair
 
-BASELINES = ("direct", "cot", "tools", "retrieval", "graph")
+BASELINES = ("direct", "cot", "tools", "retrieval", "graph", "lightrag")
 NO_TOOL_BASELINES = tuple(b for b in BASELINES if b != "tools")  # one answer, no tool call (DirectProtocol styles)
 GRAPH_HEADER = "Knowledge-graph triples (head, relation, tail):\n"
 FACTS_HEADER = "Knowledge-graph facts:\n"

@@ -5,8 +5,10 @@ The questions come from a :class:`~pipelines.eval.source.QuestionSource`: the pr
 answers with tools under a protocol (``omne`` by default), or as one of the baselines
 (:mod:`pipelines.eval.contexts`): ``direct`` / ``cot`` (no tools), ``tools`` (the base model with
 tools: the protocol itself), ``retrieval`` (LightRAG-style: the entities nearest the question and their
-neighbourhoods in the prompt, one answer) and ``graph`` (the question's subgraph as a JSON list of
-triples, as EoG did). Greedy decoding by default; the prediction is the last ``<answer>`` block.
+neighbourhoods in the prompt, one answer), ``graph`` (the question's subgraph as a JSON list of
+triples, as EoG did) and ``lightrag`` (the lightrag-hku library's context, its keywords written by the
+evaluated model: :mod:`pipelines.eval.lightrag_baseline`). Greedy decoding by default; the prediction is
+the last ``<answer>`` block.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from pipelines.errors import ArtifactMissingError
 from pipelines.eval.contexts import BASELINES, NO_TOOL_BASELINES, pair_graph_context, retrieval_context
 from pipelines.eval.judge import judge_answers
 from pipelines.eval.kgqa import prepare_kgqa
+from pipelines.eval.lightrag_baseline import library_version as lightrag_version
+from pipelines.eval.lightrag_baseline import with_lightrag_contexts
 from pipelines.eval.metrics import evaluate_trajectories, repeats_summary
 from pipelines.eval.report import REPORT_KIND, read_metrics, write_report
 from pipelines.eval.source import QuestionSource
@@ -56,6 +60,7 @@ class EvalResult(BaseModel):
     metrics: Any  # EvalMetrics
     trajectories: list[Trajectory]
     kgqa: dict[str, Any] | None = None  # an external KGQA set: its coverage summary (KGQASet.summary)
+    lightrag: dict[str, Any] | None = None  # the lightrag baseline: how its retrieval went (LightRAGSummary)
     skipped: bool = False  # True: a current report reused (evaluate_cached), nothing rolled out
 
 
@@ -232,6 +237,9 @@ def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: st
                                   seed=params.eval.seed, max_same_call=params.agent.max_same_call)
     engine = source.engine(chat, the_protocol, tool_client, engine_params, name=baseline or protocol)
     tasks = source.tasks(params, baseline, params.eval.samples)
+    lightrag = None
+    if baseline == "lightrag":  # LightRAG's context, its keywords written by the evaluated model
+        tasks, lightrag = with_lightrag_contexts(params, source.toolbox, chat, tasks, progress=progress)
     runs, trajectories = [], []
     resolve = entity_resolver(source.toolbox)
     gold = source.gold_paths()
@@ -260,8 +268,10 @@ def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: st
                          baseline=baseline, endpoint=endpoint)
     folder = write_report(build.folder, metrics, trajectories, gold_paths=gold, inputs=build.inputs,
                           params=build.params, qa_quality=source.qa_quality(),
-                          metadata={"wall_time_s": round(time.perf_counter() - started, 2)})
-    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=source.summary(params.root))
+                          metadata={"wall_time_s": round(time.perf_counter() - started, 2),
+                                    **({"lightrag": lightrag} if lightrag else {})})
+    return EvalResult(folder=folder, metrics=metrics, trajectories=trajectories, kgqa=source.summary(params.root),
+                      lightrag=lightrag)
 
 
 def model_key(params: Params, model: str, *, endpoint: str | None = None, client: ChatClient | None = None) -> str:
@@ -282,7 +292,9 @@ def report_build(params: Params, folder: Path, model: str, source: QuestionSourc
     shaping = {"model": model, "protocol": protocol, "baseline": baseline, "split": source.split,
                "limit": source.limit, "agent": params.agent.result_settings(), "eval": params.section("eval"),
                "tools": params.section("tools"), "profile": params.profile, "prompt_version": PROMPT_VERSION,
-               **({"endpoint": endpoint} if endpoint else {}), **source.report_params(params.root)}
+               **({"endpoint": endpoint} if endpoint else {}), **source.report_params(params.root),
+               **({"lightrag": {**params.section("lightrag"), "library": lightrag_version()}}
+                  if baseline == "lightrag" else {})}
     return ArtifactBuild(folder, REPORT_KIND, source.inputs(params.root), shaping)
 
 
