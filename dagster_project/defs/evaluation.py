@@ -21,7 +21,7 @@ class EvalConfig(dg.Config):
 
     model: str = BASE_REPORT_MODEL  # base, a local transformers folder or PEFT adapter folder
     protocol: str = ""  # omne | kg_r1 | search
-    baseline: str = ""  # direct | cot | tools | retrieval | graph
+    baseline: str = ""  # direct | cot | tools | retrieval | graph | lightrag
     split: str = ""
     limit: int = 0  # questions per bucket
 
