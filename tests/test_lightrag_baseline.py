@@ -88,6 +88,7 @@ def test_the_baseline_answers_from_lightrags_context_and_reuses_the_index(solar_
     summary = manifest["metadata"]["lightrag"]
     assert summary["outcomes"]["keywords"] == summary["questions"] == len(pairs) and summary["empty_keyword_share"] == 0
     assert set(summary["indexes"]) == {"solar"} and summary["keyword_requests"] == len(pairs)
+    assert summary["keyword_batches"] == [len(pairs)]  # the questions' keyword requests went to the model together
 
     # a rerun reuses the index and leaves its files as built (the queries write nothing into it)
     index = lightrag_dir(solar_qa.artifacts_dir, "solar")
@@ -167,3 +168,31 @@ def test_the_papers_lightrag_rows_are_this_baselines_reports(solar_qa: Params, p
     row = lightrag_row(Builds(), "lightrag-no-think", ["LightRAG (w/o think)"], 2, "no_think")  # type: ignore[arg-type]
     assert asked == [("no_think", "lightrag")] and row.report == "artifacts/reports/lr-paper"
     assert row.scores["1-2"].n == len(pairs) and row.cells[-1] == "EM" and row.paper == {"1-2": 59.2, "3+": 46.8}
+
+
+def test_an_external_kgqa_set_gets_an_index_in_its_workspace(tmp_path: Path) -> None:
+    import shutil
+
+    from pipelines.config import load_params
+    from pipelines.eval.runner import question_source
+    from pipelines.layout import kgqa_workspace
+    from tests.conftest import DATA, make_project
+
+    root = make_project(tmp_path / "project")
+    shutil.copytree(DATA / "kgqa", root / "external")
+    params = load_params(root / "params.yaml")
+
+    def reply(request: ChatRequest) -> str:
+        if request.tag == "lightrag.keywords":
+            return json.dumps({"high_level_keywords": ["place of birth"], "low_level_keywords": ["Barack Obama"]})
+        return "<answer>Honolulu</answer>"
+
+    client = ScriptedChatClient(reply)
+    source = question_source(params, kgqa=root / "external" / "simple.jsonl", triples=root / "external" / "mini_kg.tsv",
+                             limit=2)
+    result = evaluate(params, "base", source, client=client, baseline="lightrag", progress=False, name="kgqa-lr")
+    index = lightrag_dir(kgqa_workspace(params.artifacts_dir), "mini_kg")  # beside the set's KG, not the project's
+    assert read_manifest(index).kind == INDEX_KIND and result.lightrag["indexes"] == {"mini_kg": "built"}
+    prompts = [r.messages[1]["content"] for r in client.requests if r.tag != "lightrag.keywords"]
+    assert len(prompts) == 2 and all('"entity": "Barack Obama"' in p and "Honolulu" in p for p in prompts)
+    assert all("Topic entities: " in p for p in prompts), prompts[0][-300:]

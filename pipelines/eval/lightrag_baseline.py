@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 INDEX_KIND = "lightrag_index"
 LOADER_VERSION = 1  # how the KG becomes LightRAG's entities and relations (below); part of the index's fingerprint
 KEYWORD_TAG = "lightrag.keywords"
-BATCH_WAIT_S = 0.05  # how long the first keyword request waits for those of the other questions in flight
+BATCH_WAIT_S = 1.0  # the most a batch of keyword requests waits for the other questions in flight to ask
 NO_TIMEOUT_S = 7 * 24 * 3600  # the model generates on the event loop's thread: LightRAG's timeouts must not fire
 QUIET_LOGGERS = ("lightrag", "nano-vectordb")  # per-entity warnings (no source chunk), per-query info lines
 
@@ -120,12 +120,15 @@ class _EncoderTokenizer:
 class _KeywordModel:
     """The evaluated model as LightRAG's LLM (it only extracts keywords here: the context is all that is asked
     for). LightRAG sends one request per question; those of the questions in flight go to the model in one
-    ``complete_many``, as the rollouts batch their episodes. The model runs on the event loop's thread (a local
-    backend is not called from two threads), so nothing else moves while it generates."""
+    ``complete_many``, as the rollouts batch their episodes: a batch goes when it is full (``batch_size``, or every
+    question not yet asked: each asks once) or after :data:`BATCH_WAIT_S`. The model runs on the event loop's thread
+    (a local backend is not called from two threads), so nothing else moves while it generates."""
 
-    def __init__(self, client: ChatClient, max_tokens: int, seed: int) -> None:
+    def __init__(self, client: ChatClient, max_tokens: int, seed: int, *, questions: int, batch_size: int) -> None:
         self.client, self.max_tokens, self.seed = client, max_tokens, seed
+        self.questions, self.batch_size = questions, batch_size
         self.requests = 0
+        self.batches: list[int] = []
         self._pending: list[tuple[ChatRequest, asyncio.Future[str]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -142,11 +145,19 @@ class _KeywordModel:
         return await future
 
     async def _flush(self) -> None:
-        await asyncio.sleep(BATCH_WAIT_S)
+        loop = asyncio.get_running_loop()
         while self._pending:
+            deadline = loop.time() + BATCH_WAIT_S
+            full = max(1, min(self.batch_size, self.questions - self.requests))
+            while len(self._pending) < full and loop.time() < deadline:
+                await asyncio.sleep(0.005)
             batch, self._pending = self._pending, []
             self.requests += len(batch)
-            results = self.client.complete_many([request for request, _ in batch])
+            self.batches.append(len(batch))
+            try:
+                results: list[Any] = self.client.complete_many([request for request, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - a waiting question must fail, never wait for ever
+                results = [LLMError(f"{type(exc).__name__}: {exc}")] * len(batch)
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():  # cancelled meanwhile
                     continue
@@ -164,10 +175,10 @@ async def _no_llm(*_: Any, **__: Any) -> str:
     raise RuntimeError("loading a graph into LightRAG asks no LLM")
 
 
-def _rag(working_dir: Path, domain: str, encoder: Encoder, llm: Any) -> Any:
+def _rag(working_dir: Path, domain: str, encoder: Encoder, llm: Any, max_async: int = 1) -> Any:
     """A LightRAG instance over ``working_dir`` (the domain is its workspace: instances of several domains share
-    LightRAG's process-wide state) with the project's encoder and ``llm``; the LLM cache is off (the project's own
-    cache is the client's, and the index folder is not written after its build)."""
+    LightRAG's process-wide state) with the project's encoder and ``llm`` (``max_async`` requests in flight); the LLM
+    cache is off (the project's own cache is the client's, and the index folder is not written after its build)."""
     _lightrag()
     from lightrag import LightRAG
     from lightrag.utils import EmbeddingFunc, Tokenizer
@@ -180,6 +191,7 @@ def _rag(working_dir: Path, domain: str, encoder: Encoder, llm: Any) -> Any:
                               max_token_size=int(encoder.model.max_seq_length), supports_asymmetric=True)
     return LightRAG(working_dir=str(working_dir), workspace=domain, llm_model_func=llm, embedding_func=embedding,
                     tokenizer=Tokenizer(encoder.model_id, _EncoderTokenizer(encoder)), enable_llm_cache=False,
+                    llm_model_max_async=max_async,
                     embedding_batch_num=encoder.params.batch_size, embedding_func_max_async=1,
                     default_llm_timeout=NO_TIMEOUT_S, default_embedding_timeout=NO_TIMEOUT_S)
 
@@ -295,6 +307,7 @@ class LightRAGSummary(BaseModel):
     empty_keyword_share: float = Field(description=(
         "share of the questions whose keyword reply gave LightRAG no keyword (outcomes question and none)"))
     keyword_requests: int
+    keyword_batches: list[int] = Field(description="the keyword requests sent to the model together, batch by batch")
     indexes: dict[str, str] = Field(description="domain -> built | reused")
     seconds: float
 
@@ -339,11 +352,13 @@ def lightrag_contexts(params: Params, where: Params, client: ChatClient, questio
     encoder = encoder or Encoder(where.index, cache_dir=embeddings_cache_dir(where.artifacts_dir))
     started = time.perf_counter()
     indexes = {d: "reused" if build_lightrag_index(where, d, encoder=encoder).skipped else "built" for d in questions}
-    model = _KeywordModel(client, settings.keyword_tokens, params.eval.seed)
     total = sum(len(set(qs)) for qs in questions.values())
+    model = _KeywordModel(client, settings.keyword_tokens, params.eval.seed, questions=total,
+                          batch_size=params.agent.batch_size)
 
     async def ask_all() -> dict[str, dict[str, Retrieved]]:
-        rags = {d: _rag(lightrag_dir(where.artifacts_dir, d), d, encoder, model) for d in questions}
+        rags = {d: _rag(lightrag_dir(where.artifacts_dir, d), d, encoder, model, params.agent.batch_size)
+                for d in questions}
         in_flight = asyncio.Semaphore(params.agent.batch_size)
         bar = tqdm(total=total, desc="lightrag", unit="q", disable=not progress)
 
@@ -373,7 +388,7 @@ def lightrag_contexts(params: Params, where: Params, client: ChatClient, questio
     summary = LightRAGSummary(library=library_version(), mode=settings.mode, questions=total,
                               outcomes={o: outcomes.get(o, 0) for o in OUTCOMES},
                               empty_keyword_share=round((outcomes["question"] + outcomes["none"]) / max(total, 1), 4),
-                              keyword_requests=model.requests, indexes=indexes,
+                              keyword_requests=model.requests, keyword_batches=model.batches, indexes=indexes,
                               seconds=round(time.perf_counter() - started, 2))
     return LightRAGRetrieval(contexts=contexts, summary=summary)
 
