@@ -337,7 +337,7 @@ def _retrieved(question: str, result: dict[str, Any]) -> Retrieved:
         return Retrieved(context="", outcome="failed" if failed else "no_match")
     keywords = (result.get("metadata") or {}).get("keywords") or {}
     high, low = list(keywords.get("high_level") or []), list(keywords.get("low_level") or [])
-    outcome: Outcome = "question" if not high and low == [question] else "keywords"
+    outcome: Outcome = "question" if not high and low == [question.strip()] else "keywords"
     context = str((result.get("llm_response") or {}).get("content") or "").strip()
     return Retrieved(context=context, outcome=outcome, high_level=high, low_level=low)
 
@@ -364,7 +364,10 @@ def lightrag_contexts(params: Params, where: Params, client: ChatClient, questio
 
         async def ask(domain: str, question: str) -> Retrieved:
             async with in_flight:
-                result = await rags[domain].aquery_llm(question, _query_param(settings))
+                try:
+                    result = await rags[domain].aquery_llm(question, _query_param(settings))
+                except ValueError as exc:  # a query LightRAG refuses (empty, under 3 characters): no context
+                    result = {"status": "failure", "message": f"Query failed: {exc}"}
             bar.update()
             return _retrieved(question, result)
 
