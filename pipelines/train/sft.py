@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.agent.protocols import THINK_CLOSE, THINK_OPEN
 from pipelines.crashsafe import pause_point
-from pipelines.manifest import ArtifactBuild, BuildResult, model_identity
+from pipelines.manifest import ArtifactBuild, BuildResult, model_identity, read_manifest
 from pipelines.train.lora import cut_gradient_below, lora_config
 from pipelines.train.memory import (
     SFT_MMAP_THRESHOLD_BYTES,
@@ -318,108 +318,114 @@ def train_sft(conversations: list[Any], base_model_folder: Path | str, output_fo
                                   layers=params.lora_layers, trainable_tokens=trainable_token_rows(model, new_tokens))
         cut_gradient_below(model, params.lora_layers)  # backward ends at the first adapted block
 
-    with build.writing() as draft:
-        tmp = draft.folder
-        config = SFTConfig(
-            output_dir=str(checkpoints), seed=params.seed, data_seed=params.seed,
-            num_train_epochs=params.epochs, max_steps=params.max_steps,
-            per_device_train_batch_size=params.per_device_batch,
-            gradient_accumulation_steps=params.grad_accumulation,
-            learning_rate=hyper["learning_rate"], lr_scheduler_type=params.lr_scheduler,
-            warmup_steps=hyper["warmup_ratio"], weight_decay=0.0,
-            bf16=bf16, fp16=False, activation_checkpointing=params.gradient_checkpointing,
-            # padding-free: TRL takes the conversations whole (overlong ones are dropped or cut below)
-            max_length=None if params.padding_free else params.max_length, packing=False,
-            padding_free=params.padding_free, assistant_only_loss=True,
-            logging_steps=params.logging_steps, report_to="none",
-            # a resumable checkpoint (weights, optimizer, schedule, RNG) every save_steps; the last one only
-            save_strategy="steps" if params.save_steps else "no", save_steps=params.save_steps or None,
-            save_total_limit=1,
-            disable_tqdm=not progress, dataloader_num_workers=0,
-            dataloader_pin_memory=torch.cuda.is_available(),
-            use_cpu=not torch.cuda.is_available(),  # transformers allows bf16 without a GPU only when told
-        )
-        trainer = ThinkWeightedSFTTrainer(model=model, args=config, train_dataset=dataset,
-                                          processing_class=tokenizer, peft_config=peft_config,
-                                          think_weight=params.think_weight)
-        trainer.add_callback(heap_trim_callback())  # the heap's freed holes back to the OS after every step
-        trainer.add_callback(checkpoint_pause_callback())
-        if not progress:
-            from transformers.trainer_callback import PrinterCallback
+    config = SFTConfig(
+        output_dir=str(checkpoints), seed=params.seed, data_seed=params.seed,
+        num_train_epochs=params.epochs, max_steps=params.max_steps,
+        per_device_train_batch_size=params.per_device_batch,
+        gradient_accumulation_steps=params.grad_accumulation,
+        learning_rate=hyper["learning_rate"], lr_scheduler_type=params.lr_scheduler,
+        warmup_steps=hyper["warmup_ratio"], weight_decay=0.0,
+        bf16=bf16, fp16=False, activation_checkpointing=params.gradient_checkpointing,
+        # padding-free: TRL takes the conversations whole (overlong ones are dropped or cut below)
+        max_length=None if params.padding_free else params.max_length, packing=False,
+        padding_free=params.padding_free, assistant_only_loss=True,
+        logging_steps=params.logging_steps, report_to="none",
+        # a resumable checkpoint (weights, optimizer, schedule, RNG) every save_steps; the last one only
+        save_strategy="steps" if params.save_steps else "no", save_steps=params.save_steps or None,
+        save_total_limit=1,
+        disable_tqdm=not progress, dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=not torch.cuda.is_available(),  # transformers allows bf16 without a GPU only when told
+    )
+    trainer = ThinkWeightedSFTTrainer(model=model, args=config, train_dataset=dataset,
+                                      processing_class=tokenizer, peft_config=peft_config,
+                                      think_weight=params.think_weight)
+    trainer.add_callback(heap_trim_callback())  # the heap's freed holes back to the OS after every step
+    trainer.add_callback(checkpoint_pause_callback())
+    if not progress:
+        from transformers.trainer_callback import PrinterCallback
 
-            trainer.remove_callback(PrinterCallback)  # the per-step log dicts printed when tqdm is off
+        trainer.remove_callback(PrinterCallback)  # the per-step log dicts printed when tqdm is off
+    lengths, assistant_tokens = _token_counts(trainer.train_dataset)
+    overlong = sum(1 for n in lengths if n >= params.max_length)
+    if overlong and params.overlong == "drop":
+        trainer.train_dataset = trainer.train_dataset.filter(lambda ex: len(ex["input_ids"]) < params.max_length)
         lengths, assistant_tokens = _token_counts(trainer.train_dataset)
-        overlong = sum(1 for n in lengths if n >= params.max_length)
-        if overlong and params.overlong == "drop":
-            trainer.train_dataset = trainer.train_dataset.filter(lambda ex: len(ex["input_ids"]) < params.max_length)
-            lengths, assistant_tokens = _token_counts(trainer.train_dataset)
-        elif overlong and params.padding_free:
-            trainer.train_dataset = truncated(trainer.train_dataset, params.max_length)
-            lengths, assistant_tokens = _token_counts(trainer.train_dataset)
-        if overlong:
-            log.warning("%d of %d SFT conversations reach max_length=%d: %s", overlong, len(conversations),
-                        params.max_length, "dropped" if params.overlong == "drop" else "their ends are cut off")
-        prepared = trainer.train_dataset
-        if len(prepared) == 0:
-            raise ValueError(f"no SFT conversation fits max_length={params.max_length} (overlong=drop)")
-        trainable_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-        resume = last_checkpoint(checkpoints)
-        if resume is not None:
-            log.info("SFT resumes from %s (a killed run's last checkpoint)", resume)
-        with fused_logprob_tokens(params.logprob_chunk_tokens), labelled_positions_only():
-            output = trainer.train(resume_from_checkpoint=resume)
-        history = list(trainer.state.log_history)
+    elif overlong and params.padding_free:
+        trainer.train_dataset = truncated(trainer.train_dataset, params.max_length)
+        lengths, assistant_tokens = _token_counts(trainer.train_dataset)
+    if overlong:
+        log.warning("%d of %d SFT conversations reach max_length=%d: %s", overlong, len(conversations),
+                    params.max_length, "dropped" if params.overlong == "drop" else "their ends are cut off")
+    prepared = trainer.train_dataset
+    if len(prepared) == 0:
+        raise ValueError(f"no SFT conversation fits max_length={params.max_length} (overlong=drop)")
+    trainable_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    resume = last_checkpoint(checkpoints)
+    if resume is not None:
+        log.info("SFT resumes from %s (a killed run's last checkpoint)", resume)
+    with fused_logprob_tokens(params.logprob_chunk_tokens), labelled_positions_only():
+        output = trainer.train(resume_from_checkpoint=resume)
+    history = list(trainer.state.log_history)
 
-        if params.method == "lora":
-            # the new token rows are in the adapter (trainable tokens); the rest of the embedding
-            # matrix is the base's, so it is not copied into the adapter
-            trainer.model.save_pretrained(tmp, save_embedding_layers=False)
-        else:
-            trainer.save_model(str(tmp))
-        tokenizer.save_pretrained(tmp)
-        trainer.state.save_to_json(str(tmp / "trainer_state.json"))
-        plot_loss_curve(history, tmp / "loss_curve.png",
-                        title=f"SFT ({params.method}, think_weight={params.think_weight:g}, {params.mode})")
+    # under several processes (accelerate launch, data parallel) the main process writes the model
+    main = trainer.accelerator.is_main_process
+    if main:
+        with build.writing() as draft:
+            tmp = draft.folder
+            if params.method == "lora":
+                # the new token rows are in the adapter (trainable tokens); the rest of the embedding
+                # matrix is the base's, so it is not copied into the adapter
+                trainer.model.save_pretrained(tmp, save_embedding_layers=False)
+            else:
+                trainer.save_model(str(tmp))
+            tokenizer.save_pretrained(tmp)
+            trainer.state.save_to_json(str(tmp / "trainer_state.json"))
+            plot_loss_curve(history, tmp / "loss_curve.png",
+                            title=f"SFT ({params.method}, think_weight={params.think_weight:g}, {params.mode})")
 
-        steps = [h for h in history if "loss" in h]
-        runtime = float(output.metrics.get("train_runtime", 0.0)) or None
-        tokens = int(trainer._total_train_tokens)
-        trained = int(trainer.trained_assistant_tokens)
-        metrics = {
-            "final_loss": steps[-1]["loss"] if steps else None,
-            "first_loss": steps[0]["loss"] if steps else None,
-            "final_assistant_loss": next((h["assistant_loss"] for h in reversed(history) if "assistant_loss" in h),
-                                         None),
-            "train_loss": output.metrics.get("train_loss"),
-            "steps": int(trainer.state.global_step),
-            "epochs": float(trainer.state.epoch or 0.0),
-            "train_runtime_s": runtime,
-            "tokens": tokens,  # every token of the trained batches (prompts and tool responses too)
-            "tokens_per_second": round(tokens / runtime, 2) if runtime else None,
-            # the loss-bearing (assistant) tokens of the trained batches: what the SFT time buys
-            "trained_assistant_tokens": trained,
-            "assistant_tokens_per_second": round(trained / runtime, 2) if runtime else None,
-            "learning_rate": hyper["learning_rate"], "warmup_ratio": hyper["warmup_ratio"],
-            "bf16": bf16, "device": str(trainer.args.device),
-            "think_token_ids": [trainer.think_open_id, trainer.think_close_id],
-            "added_token_ids": sorted(new_tokens),
-            "base_model": str(base_model_folder),
-            "max_length_seen": max(lengths) if lengths else 0,
-            # tokens and runtime above count from here: the steps before it ran in a killed process
-            "resumed_from_step": checkpoint_step(resume) if resume is not None else None,
-        }
-        draft.record(  # files: every file written
-            rows={"conversations": len(conversations), "train_examples": len(prepared),
-                  "dropped_examples": len(conversations) - len(prepared),
-                  "overlong_examples": overlong,
-                  "truncated_examples": overlong if params.overlong == "truncate" else 0,
-                  "trained_assistant_tokens": trained,
-                  "train_tokens": sum(lengths), "assistant_tokens": assistant_tokens,
-                  "trainable_parameters": trainable_params, "steps": int(trainer.state.global_step)},
-            metadata=metrics)
+            steps = [h for h in history if "loss" in h]
+            runtime = float(output.metrics.get("train_runtime", 0.0)) or None
+            tokens = int(trainer._total_train_tokens)
+            trained = int(trainer.trained_assistant_tokens)
+            metrics = {
+                "final_loss": steps[-1]["loss"] if steps else None,
+                "first_loss": steps[0]["loss"] if steps else None,
+                "final_assistant_loss": next((h["assistant_loss"] for h in reversed(history) if "assistant_loss" in h),
+                                             None),
+                "train_loss": output.metrics.get("train_loss"),
+                "steps": int(trainer.state.global_step),
+                "epochs": float(trainer.state.epoch or 0.0),
+                "train_runtime_s": runtime,
+                "tokens": tokens,  # every token of the trained batches (prompts and tool responses too)
+                "tokens_per_second": round(tokens / runtime, 2) if runtime else None,
+                # the loss-bearing (assistant) tokens of the trained batches: what the SFT time buys
+                "trained_assistant_tokens": trained,
+                "assistant_tokens_per_second": round(trained / runtime, 2) if runtime else None,
+                "learning_rate": hyper["learning_rate"], "warmup_ratio": hyper["warmup_ratio"],
+                "bf16": bf16, "device": str(trainer.args.device),
+                "think_token_ids": [trainer.think_open_id, trainer.think_close_id],
+                "added_token_ids": sorted(new_tokens),
+                "base_model": str(base_model_folder),
+                "max_length_seen": max(lengths) if lengths else 0,
+                # tokens and runtime above count from here: the steps before it ran in a killed process
+                "resumed_from_step": checkpoint_step(resume) if resume is not None else None,
+            }
+            draft.record(  # files: every file written
+                rows={"conversations": len(conversations), "train_examples": len(prepared),
+                      "dropped_examples": len(conversations) - len(prepared),
+                      "overlong_examples": overlong,
+                      "truncated_examples": overlong if params.overlong == "truncate" else 0,
+                      "trained_assistant_tokens": trained,
+                      "train_tokens": sum(lengths), "assistant_tokens": assistant_tokens,
+                      "trainable_parameters": trainable_params, "steps": int(trainer.state.global_step)},
+                metadata=metrics)
+    trainer.accelerator.wait_for_everyone()  # the other processes go on once it is written
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is written: nothing left to resume
     del trainer, model
     release_memory()  # the next stage of the same process (make run) starts without this trainer and model
+    if not main:
+        return build.result(read_manifest(output_folder))
     log.info("SFT model written to %s (%s steps, final loss %s)", output_folder, metrics["steps"],
              metrics["final_loss"])
     return build.result()

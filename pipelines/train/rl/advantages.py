@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -53,9 +55,12 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     return advantages, returns
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Zero mean, unit variance over the masked entries (0 elsewhere): PPO's advantage normalisation."""
-    count = mask.sum().clamp(min=1)
-    mean = (values * mask).sum() / count
-    var = (((values - mean) * mask) ** 2).sum() / count
+def whiten(values: torch.Tensor, mask: torch.Tensor,
+           all_sum: Callable[[torch.Tensor], torch.Tensor] = lambda total: total) -> torch.Tensor:
+    """Zero mean, unit variance over the masked entries (0 elsewhere): PPO's advantage normalisation. ``all_sum``
+    adds a sum up over the processes of a data-parallel run, so that each whitens by the statistics of the whole
+    batch, as a single process would."""
+    count = all_sum(mask.sum()).clamp(min=1)
+    mean = all_sum((values * mask).sum()) / count
+    var = all_sum((((values - mean) * mask) ** 2).sum()) / count
     return (values - mean) * (var + 1e-8).rsqrt() * mask

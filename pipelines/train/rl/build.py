@@ -23,7 +23,7 @@ from pipelines.errors import ArtifactMissingError, ConfigError
 from pipelines.layout import CORRECT_ROLLOUTS_FILE, SFT_MODEL, model_dir, qa_dir, rl_model_name
 from pipelines.llm.checkpoints import load_trained_model
 from pipelines.llm.factory import build_chat_client
-from pipelines.manifest import ArtifactBuild, BuildResult, model_identity, relative_path, sha256_files
+from pipelines.manifest import ArtifactBuild, BuildResult, model_identity, read_manifest, relative_path, sha256_files
 from pipelines.train.lora import cut_gradient_below, lora_config
 from pipelines.train.memory import (
     RL_MMAP_THRESHOLD_BYTES,
@@ -191,26 +191,31 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
         finally:
             rollouts.close()  # the onnx backend's copy of the policy, if any
 
-    with build.writing() as draft:
-        tmp = draft.folder
-        policy = trainer.accelerator.unwrap_model(trainer.model)
-        if hasattr(policy, "merge_and_unload"):
-            policy = policy.merge_and_unload()
-        policy.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        history = trainer.state.log_history
-        (tmp / "trainer_state.json").write_text(json.dumps({"log_history": history,
-                                                            "global_step": trainer.state.global_step}, indent=2))
-        plot_rl_curves(history, tmp / "training_curves.png", title=f"RL stage {stage} ({settings.algorithm})")
-        summary = rl_summary(history)
-        kept = trainer.keeper.move_into(tmp)
-        draft.record(files=[kept], rows={"questions": len(pairs), "steps": trainer.state.global_step,
-                                         "correct_rollouts": trainer.keeper.kept},
-                     metadata={"start_model": relative_path(start_folder, params.root), **summary,
-                               "domains": sorted({p.domain for p in pairs}), "memory": memory})
-    del trainer, model, policy, rollouts, toolbox, common
+    # under several processes (accelerate launch, data parallel) the main process writes the model
+    main = trainer.accelerator.is_main_process
+    if main:
+        with build.writing() as draft:
+            tmp = draft.folder
+            policy = trainer.accelerator.unwrap_model(trainer.model)
+            if hasattr(policy, "merge_and_unload"):
+                policy = policy.merge_and_unload()
+            policy.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            history = trainer.state.log_history
+            (tmp / "trainer_state.json").write_text(json.dumps({"log_history": history,
+                                                                "global_step": trainer.state.global_step}, indent=2))
+            plot_rl_curves(history, tmp / "training_curves.png", title=f"RL stage {stage} ({settings.algorithm})")
+            summary = rl_summary(history)
+            kept = trainer.keeper.move_into(tmp)
+            draft.record(files=[kept], rows={"questions": len(pairs), "steps": trainer.state.global_step,
+                                             "correct_rollouts": trainer.keeper.kept},
+                         metadata={"start_model": relative_path(start_folder, params.root), **summary,
+                                   "domains": sorted({p.domain for p in pairs}), "memory": memory})
+        del policy
+    trainer.accelerator.wait_for_everyone()  # the other processes go on once it is written
+    del trainer, model, rollouts, toolbox, common
     release_memory()  # the next stage of the same process starts without this one's model and trainer
-    return build.result()
+    return build.result() if main else build.result(read_manifest(output))
 
 
 def vllm_trainer_options(settings: RLStageParams, backend: str) -> dict[str, Any]:
@@ -274,9 +279,11 @@ def value_model(policy: Any, settings: RLStageParams, tokenizer: Any) -> Any:
     """The PPO critic, before the policy gets its adapter: the stage's start model as the policy was loaded (in
     stage 3 the SFT model, an adapter merged onto its base) with a fresh scalar head, one value per token. A copy of
     its weights (the policy trains its own); with a LoRA policy, a LoRA adapter and the head are what trains
-    (PEFT's TOKEN_CLS task), else the whole critic."""
+    (PEFT's TOKEN_CLS task), else the whole critic. Its fresh weights (head, adapter) are drawn from the stage's seed,
+    as TRL draws the policy's adapter: the same critic in every run and in every process of a data-parallel one."""
     import copy
 
+    import torch
     from transformers import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
 
@@ -288,12 +295,14 @@ def value_model(policy: Any, settings: RLStageParams, tokenizer: Any) -> Any:
     config.num_labels, config.pad_token_id = 1, tokenizer.pad_token_id
     trunk = f"{policy.base_model_prefix}."
     weights = {k: v.detach().clone() for k, v in policy.state_dict().items() if k.startswith(trunk)}
-    critic = head.from_pretrained(None, config=config, state_dict=weights, dtype=policy.dtype)
-    if settings.method == "lora":
-        from peft import get_peft_model
+    with torch.random.fork_rng(devices=[]):  # (the CPU's generator: the critic is made there)
+        torch.manual_seed(settings.seed)
+        critic = head.from_pretrained(None, config=config, state_dict=weights, dtype=policy.dtype)
+        if settings.method == "lora":
+            from peft import get_peft_model
 
 
-        critic = get_peft_model(critic, lora_config(critic, r=settings.lora_r, alpha=settings.lora_alpha,
-                                                    layers=settings.lora_layers, task_type="TOKEN_CLS"))
-        cut_gradient_below(critic, settings.lora_layers)
+            critic = get_peft_model(critic, lora_config(critic, r=settings.lora_r, alpha=settings.lora_alpha,
+                                                        layers=settings.lora_layers, task_type="TOKEN_CLS"))
+            cut_gradient_below(critic, settings.lora_layers)
     return critic

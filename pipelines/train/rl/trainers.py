@@ -15,13 +15,15 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
+from accelerate.utils import DistributedType, gather_object
 from trl import GRPOTrainer
 
 from pipelines.config import RLStageParams
+from pipelines.errors import ConfigError
 from pipelines.train.rewards import RewardOptions, TurnRewards, weighted_turn_rewards
 from pipelines.train.rl.advantages import gae_advantages, turn_level_advantages, whiten
 from pipelines.train.rl.keep import CorrectRollouts
@@ -75,7 +77,10 @@ class ToolGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         if self.keeper is not None and self.model.training:
-            self.keeper.keep([x["trajectory"] for x in inputs], self.last_rewards.tolist(), self.state.global_step + 1)
+            # the rewards are every process's (gathered in process order): so are the episodes, kept by one process
+            episodes = gather_object([x["trajectory"] for x in inputs])
+            if self.accelerator.is_main_process:
+                self.keeper.keep(episodes, self.last_rewards.tolist(), self.state.global_step + 1)
         if self.stage.resample == "history":
             self.resample_by_history(inputs)
         if self.stage.credit == "turn":
@@ -114,8 +119,7 @@ class ToolGRPOTrainer(GRPOTrainer):
         # TRL's reward kwargs: every column but the prompt (the rollout's extra columns included)
         columns = {key: [x[key] for x in inputs] for key in inputs[0]
                    if key not in ("prompt", "completion", "completion_ids")}
-        start = self.accelerator.process_index * len(inputs)  # the rewards were gathered over every process
-        scalars = self.last_reward_parts[start:start + len(inputs)]
+        scalars = self.local_rows(self.last_reward_parts, len(inputs))  # the rewards were gathered over every process
         for k, function in enumerate(self.reward_funcs):
             scorer = getattr(function, "turn_scores", None)
             if scorer is not None:
@@ -130,12 +134,19 @@ class ToolGRPOTrainer(GRPOTrainer):
         return turn_level_advantages(returns, spans, self.num_generations, length)
 
     def resample_by_history(self, inputs: list[dict[str, Any]]) -> None:
-        """KG-Hopper: a question whose rollouts all earned the same reward teaches nothing; drop it."""
-        rewards = self.last_rewards
-        for start in range(0, len(inputs), self.num_generations):
+        """KG-Hopper: a question whose rollouts all earned the same reward teaches nothing; drop it. Judged on every
+        process's rollouts (the rewards are gathered), so that each process's sampler skips the same questions."""
+        rewards, questions = self.last_rewards, gather_object([x["qa_id"] for x in inputs])
+        for start in range(0, len(questions), self.num_generations):
             group = rewards[start:start + self.num_generations]
             if len(group) == self.num_generations and float(group.max() - group.min()) < 1e-6:
-                self.excluded.add(inputs[start]["qa_id"])
+                self.excluded.add(questions[start])
+
+    def local_rows(self, gathered: torch.Tensor, rows: int) -> torch.Tensor:
+        """This process's ``rows`` of a tensor gathered over every process in process order (as TRL slices its
+        advantages): all of it in a single process."""
+        start = self.accelerator.process_index * rows
+        return gathered[start:start + rows]
 
     def start_epoch(self, epoch: int) -> None:
         """KG-Reasoner's hard-case resampling: from the second epoch on, train only on the multi-hop questions
@@ -158,20 +169,32 @@ class PPOToolTrainer(ToolGRPOTrainer):
     computed, so it steps with every policy step: over each minibatch of each of ``ppo_epochs`` passes (TRL's
     ``steps_per_generation`` and ``num_iterations``, set by ``build.update_schedule``), its old values and the GAE
     targets fixed when the batch was generated.
+
+    Under several processes (``accelerate launch``, data parallel) the critic and its optimizer go through the
+    trainer's accelerator as the policy does: every process's critic starts from the main process's weights and
+    steps on gradients averaged over the processes, and the advantages' whitening and the value loss's denominator
+    span every process's rollouts, so N processes train as one process on the same global batch.
     """
 
     def __init__(self, *args: Any, value_model: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.value_model = value_model.to(self.accelerator.device)
-        self.value_optimizer = torch.optim.AdamW(
-            [p for p in self.value_model.parameters() if p.requires_grad], lr=self.stage.value_learning_rate)
+        if self.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+            raise ConfigError(f"algorithm: ppo trains its critic with an optimizer of its own, which this trainer "
+                              f"prepares for data parallel (DDP) only, not {self.accelerator.distributed_type.value}")
+        optimizer = torch.optim.AdamW([p for p in value_model.parameters() if p.requires_grad],
+                                      lr=self.stage.value_learning_rate)
+        # the device, and with several processes DDP (rank 0's weights broadcast, gradients averaged at backward)
+        self.value_model, self.value_optimizer = self.accelerator.prepare(value_model, optimizer)
+        # the critic computes in its own dtype, as before it was prepared: no mixed-precision hook on its forward
+        self.accelerator.unwrap_model(self.value_model, keep_fp32_wrapper=False)
         self.value_loss_window = 0.0  # the critic's loss summed over the micro-batches of the current step
 
-    def critic_values(self, inputs: dict[str, Any]) -> torch.Tensor:
-        """V(s_t) for every completion position t of a batch: the critic's score of the state before token t."""
+    def critic_values(self, inputs: dict[str, Any], model: Any = None) -> torch.Tensor:
+        """V(s_t) for every completion position t of a batch: the critic's score of the state before token t
+        (``model``: the critic to run, default the prepared one)."""
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        scores = self.value_model(input_ids=ids, attention_mask=attention).logits[..., 0]
+        scores = (model or self.value_model)(input_ids=ids, attention_mask=attention).logits[..., 0]
         prompt_length = inputs["prompt_ids"].shape[1]
         return scores[:, prompt_length - 1:-1]  # V(s_t): the state before completion token t
 
@@ -182,18 +205,25 @@ class PPOToolTrainer(ToolGRPOTrainer):
         mask = output["completion_mask"].float()
         if "tool_mask" in output:
             mask = mask * output["tool_mask"].float()
+        # no gradient: the critic itself, out of its DDP wrapper (a forward there would synchronise the processes)
+        critic = self.accelerator.unwrap_model(self.value_model)
         with torch.no_grad():  # a micro-batch of rows at a time (the same width: the same values)
             size = self.args.per_device_train_batch_size
             keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
-            values = torch.cat([self.critic_values({k: output[k][i:i + size] for k in keys})
+            values = torch.cat([self.critic_values({k: output[k][i:i + size] for k in keys}, critic)
                                 for i in range(0, output["prompt_ids"].shape[0], size)]).float() * mask
-        rewards = self.last_rewards.to(values.device)
+        rewards = self.local_rows(self.last_rewards, values.shape[0]).to(values.device)  # gathered over processes
         advantages, returns = gae_advantages(rewards, values, mask, gamma=self.stage.gamma,
                                              lam=self.stage.gae_lambda)
-        output["advantages"] = whiten(advantages, mask)
+        output["advantages"] = whiten(advantages, mask, all_sum=self.sum_over_processes)
         output["returns"], output["old_values"] = returns, values
-        output["value_mask_total"] = mask.sum()  # the value loss's denominator over every micro-batch
+        # the value loss's denominator: the model tokens of every micro-batch of every process
+        output["value_mask_total"] = self.sum_over_processes(mask.sum())
         return output
+
+    def sum_over_processes(self, value: torch.Tensor) -> torch.Tensor:
+        """A statistic summed over the processes (itself in a single process)."""
+        return self.accelerator.reduce(value, "sum")
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         """TRL's policy loss, plus one step of the critic on the clipped value loss (its own optimizer)."""
@@ -203,23 +233,30 @@ class PPOToolTrainer(ToolGRPOTrainer):
         mask = inputs["completion_mask"].float()
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"].float()
-        values = self.critic_values(inputs).float()
-        clipped = inputs["old_values"] + (values - inputs["old_values"]).clamp(-self.stage.epsilon,
-                                                                                self.stage.epsilon)
-        value_loss = 0.5 * torch.max((values - inputs["returns"]) ** 2, (clipped - inputs["returns"]) ** 2)
-        # the masked mean over the optimizer step's rollouts, accumulated over its micro-batches: one critic step
-        # per policy step, on the gradient of that mean. The total spans the generation batch; a step takes one of
-        # its minibatches, so it is scaled as TRL scales num_items_in_batch (loss_type dapo)
-        total = inputs.get("value_mask_total")
-        share = self.current_gradient_accumulation_steps / self.args.steps_per_generation
-        count = mask.sum() if total is None else total.to(mask.device).float() * share
-        value_loss = (value_loss * mask).sum() / count.clamp(min=1)
-        value_loss.backward()
+        # as the policy: the processes average their critic's gradients at the step's last micro-batch only
+        syncing = self.accelerator.sync_gradients
+        with nullcontext() if syncing else self.accelerator.no_sync(self.value_model):
+            values = self.critic_values(inputs).float()
+            clipped = inputs["old_values"] + (values - inputs["old_values"]).clamp(-self.stage.epsilon,
+                                                                                    self.stage.epsilon)
+            value_loss = 0.5 * torch.max((values - inputs["returns"]) ** 2, (clipped - inputs["returns"]) ** 2)
+            # the masked mean over the optimizer step's rollouts, accumulated over its micro-batches: one critic step
+            # per policy step, on the gradient of that mean. The total spans the generation batch of every process;
+            # a step takes one of its minibatches, and DDP averages over processes, so it is scaled as TRL scales
+            # num_items_in_batch (loss_type dapo)
+            total = inputs.get("value_mask_total")
+            share = self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            count = (mask.sum() if total is None
+                     else total.to(mask.device).float() * share / self.accelerator.num_processes)
+            value_loss = (value_loss * mask).sum() / count.clamp(min=1)
+            value_loss.backward()
         self.value_loss_window += float(value_loss.detach())
-        if self.accelerator.sync_gradients:
+        if syncing:
             torch.nn.utils.clip_grad_norm_(self.value_model.parameters(), self.args.max_grad_norm)
             self.value_optimizer.step()
             self.value_optimizer.zero_grad()
-            self._metrics["train"]["value_loss"].append(self.value_loss_window)  # TRL 1.16.0's logged-metric store
+            window = torch.tensor(self.value_loss_window, dtype=torch.float64, device=self.accelerator.device)
+            # TRL 1.16.0's logged-metric store; the mean over processes is the loss one process would have
+            self._metrics["train"]["value_loss"].append(self.accelerator.gather(window).mean().item())
             self.value_loss_window = 0.0
         return loss
