@@ -58,7 +58,7 @@ OUTCOMES: dict[str, str] = {
     "keywords": "LightRAG retrieved with the model's keywords",
     "question": "the model gave no keywords; LightRAG searched with the question itself (its fallback)",
     "none": "the model gave no keywords and LightRAG returned no context (its fallback for long questions)",
-    "no_match": "LightRAG found nothing for the keywords",
+    "no_match": "LightRAG found nothing (for the model's keywords, or for the question as its fallback)",
     "failed": "the query failed (e.g. the model's request failed)",
 }
 
