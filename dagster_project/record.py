@@ -39,9 +39,13 @@ ASSETS: dict[str, dg.AssetsDefinition] = {s.name: _DEFINED[s.name] for s in STAG
 
 INSTANCE_CONFIG = """\
 # Written by `omne run` for the project's own Dagster instance (the folder is git-ignored). The defaults
-# (SQLite storage in this folder) otherwise; telemetry off: these machines are offline.
+# (SQLite storage in this folder, runs queued for the daemon that `dagster dev` starts) otherwise; telemetry
+# off: these machines are offline.
 telemetry:
   enabled: false
+concurrency:
+  runs:
+    max_concurrent_runs: 4  # runs in progress at once, e.g. a build_domains backfill's domains (Dagster: 10)
 """
 
 

@@ -20,10 +20,11 @@ import polars as pl
 from pydantic import BaseModel
 
 from pipelines.config import Params
+from pipelines.crashsafe import file_lock
 from pipelines.domains import load_registry
 from pipelines.errors import ArtifactMissingError
 from pipelines.kg.store import read_kg
-from pipelines.layout import kg_dir, qa_dir
+from pipelines.layout import kg_dir, lock_file, qa_dir
 from pipelines.llm.base import ChatClient, require_replies
 from pipelines.llm.factory import build_chat_client
 from pipelines.manifest import ArtifactBuild, BuildResult, manifest_inputs, read_manifest, sha256_files
@@ -253,10 +254,19 @@ def built_qa_domains(params: Params, kind: str = "gold") -> list[str]:
             or read_manifest(qa_dir(params.artifacts_dir, kind, d)) is not None]
 
 
+DATASET_LOCK = "qa-dataset"  # its lock file in artifacts/.locks/: no domain's ('-' is not in a domain name)
+
+
 def build_qa_dataset(params: Params, domains: list[str] | None = None, *, force: bool = False) -> DatasetResult:
     """Merge the domains' pairs (default: ``built_qa_domains``), dedupe, split by stable hash, write qa.parquet +
-    split jsonl + stats; the manifest's params name the merged domains."""
+    split jsonl + stats; the manifest's params name the merged domains. One build at a time across processes
+    (Dagster runs of several domains at once, the CLI beside them): no two replace the folder together, and the
+    last one reads every domain finished before it."""
+    with file_lock(lock_file(params.artifacts_dir, DATASET_LOCK), timeout_s=None, what="the QA dataset"):
+        return _merge_qa_dataset(params, domains, force=force)
 
+
+def _merge_qa_dataset(params: Params, domains: list[str] | None, *, force: bool) -> DatasetResult:
     domains = domains if domains is not None else built_qa_domains(params)
     if not domains:
         raise ArtifactMissingError("no domain has QA pairs and gold paths yet (run `omne qa generate` first)")
