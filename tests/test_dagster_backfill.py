@@ -74,23 +74,27 @@ def test_a_backfill_builds_two_domains_in_parallel_runs(tmp_path: Path) -> None:
     (home / "dagster.yaml").write_text(INSTANCE_CONFIG, encoding="utf-8")
     env = cli_env(OMNE_PARAMS=str(project / "params.yaml"), DAGSTER_HOME=str(home))
     log = tmp_path / "daemon.log"
-    with log.open("w") as out:
-        daemon = subprocess.Popen(["dagster-daemon", "run", *LOCATION], cwd=project, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        backfill = subprocess.run(["dagster", "job", "backfill", *LOCATION, "-j", "build_domains",
-                                   "--partitions", ",".join(DOMAINS), "--noprompt"],
-                                  cwd=project, env=env, capture_output=True, text=True, timeout=300)
-        assert backfill.returncode == 0, backfill.stderr[-3000:]
-        assert "Launched backfill job" in backfill.stdout, backfill.stdout
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs >= len(DOMAINS)
+    # as a user would: the runs are queued first, then a daemon launches them (started one after the other: two
+    # processes that create a fresh instance's SQLite tables at once collide)
+    backfill = subprocess.run(["dagster", "job", "backfill", *LOCATION, "-j", "build_domains",
+                               "--partitions", ",".join(DOMAINS), "--noprompt"],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert backfill.returncode == 0, backfill.stderr[-3000:]
+    assert "Launched backfill job" in backfill.stdout, backfill.stdout
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs >= len(DOMAINS)
+        queued = instance.get_runs(filters=dg.RunsFilter(job_name="build_domains"))
+        assert sorted(run.status.value for run in queued) == ["QUEUED"] * len(DOMAINS)  # no daemon yet
+        with log.open("w") as out:
+            daemon = subprocess.Popen(["dagster-daemon", "run", *LOCATION], cwd=project, env=env, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        try:
             runs = _finished_runs(instance, daemon, log)
-            windows = {run.tags["dagster/partition"]: _step_window(instance, run.run_id) for run in runs}
-            statuses = {run.tags["dagster/partition"]: run.status for run in runs}
-            backfills = {run.tags.get("dagster/backfill") for run in runs}
-    finally:
-        _stop(daemon)
+        finally:
+            _stop(daemon)
+        windows = {run.tags["dagster/partition"]: _step_window(instance, run.run_id) for run in runs}
+        statuses = {run.tags["dagster/partition"]: run.status for run in runs}
+        backfills = {run.tags.get("dagster/backfill") for run in runs}
     assert statuses == dict.fromkeys(DOMAINS, dg.DagsterRunStatus.SUCCESS), log.read_text()[-3000:]
     assert len(backfills) == 1 and None not in backfills  # one backfill, one run per domain
     assert all(steps == set(DOMAIN_STAGES) for *_, steps in windows.values()), windows
