@@ -35,6 +35,7 @@ for _key, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("T
     os.environ.setdefault(_key, _value)
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
@@ -307,14 +308,37 @@ def imported_distributions() -> dict[str, list[str]]:
 
     owners = packages_distributions()
     found: dict[str, set[str]] = {}
-    for name in list(sys.modules):
+    for name, module in list(sys.modules.items()):
         top = name.split(".")[0]
         if top in sys.stdlib_module_names:
             continue
-        for dist in owners.get(top, []):
+        path = getattr(module, "__file__", None)
+        if path is None:  # a bare namespace (google, backports): its modules with a file say whose they are
+            continue
+        # by the module's own file, not its top-level name: several distributions share google.*, and setuptools
+        # vendors a backports.tarfile that is not the configparser distribution's backports.*
+        dists = [d for d in owners.get(top, []) if _owns(d, path)]
+        for dist in dists:
             if canonical(dist) != "omne":
                 found.setdefault(canonical(dist), set()).add(top)
     return {dist: sorted(tops) for dist, tops in sorted(found.items())}
+
+
+@functools.cache
+def _files_of(dist: str) -> frozenset[str]:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        files = distribution(dist).files or []
+    except PackageNotFoundError:
+        return frozenset()
+    return frozenset(str(Path(f.locate()).resolve()) for f in files if f.suffix in (".py", ".so"))
+
+
+def _owns(dist: str, path: str) -> bool:
+    """Whether ``dist`` installed the file ``path`` (True when the distribution lists no files: counted, not lost)."""
+    files = _files_of(dist)
+    return not files or str(Path(path).resolve()) in files
 
 
 def problems(results: dict[str, Any], expected: dict[str, int]) -> list[str]:
