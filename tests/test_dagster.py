@@ -193,8 +193,10 @@ def test_jobs_schedule_and_loading_prepare_the_instance(defs) -> None:  # noqa: 
     from dagster_project.defs.resources import GPU_POOL
 
     jobs = {name: _keys(defs.resolve_job_def(name).asset_layer.executable_asset_keys)
-            for name in ("build_data", "train", "evaluate", "train_and_evaluate")}
+            for name in ("build_data", "build_domains", "train", "evaluate", "train_and_evaluate")}
     assert jobs["build_data"] == sorted(s.name for s in STAGES if s.group in (KG, QA))
+    # a backfill's per-domain runs: every domain's data stage, and not the dataset that merges them all
+    assert jobs["build_domains"] == sorted(set(jobs["build_data"]) - {"qa_dataset"})
     assert {"sft_conversations", "sft_model"} <= set(jobs["train"]) and "eval_report" not in jobs["train"]
     assert "eval_report" in jobs["evaluate"] and "sft_model" not in jobs["evaluate"]
     assert set(jobs["train_and_evaluate"]) == set(jobs["train"]) | set(jobs["evaluate"])
