@@ -68,8 +68,14 @@ def answer_from_tools(t: Trajectory) -> bool:
     answer = (t.answer or "").strip()
     if not answer:
         return False
-    pattern = re.compile(r"(?<![\w-])" + re.escape(answer) + r"(?![\w-])")
+    pattern = _exact_name(answer)
     return any(c.ok and pattern.search(c.response or "") for c in t.tool_calls)
+
+
+def _exact_name(name: str) -> re.Pattern[str]:
+    """``name`` as written, case included, not inside a longer name (``mentions`` ignores case: a respelling in
+    another case must count here)."""
+    return re.compile(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])")
 
 
 def answer_in_last_thought(t: Trajectory) -> bool:
@@ -81,7 +87,7 @@ def answer_in_last_thought(t: Trajectory) -> bool:
     thought = re.findall(r"<think>(.*?)</think>", last, flags=re.S)
     if not answer or not thought:
         return False
-    return re.search(r"(?<![\w-])" + re.escape(answer) + r"(?![\w-])", thought[-1]) is not None
+    return _exact_name(answer).search(thought[-1]) is not None
 
 
 OUTCOMES = ("correct", "stopped_on_path", "misspelled_answer", "start_not_reached", "no_answer", "wrong_answer")
