@@ -367,9 +367,9 @@ class SFTDataParams(DomainSelection):
     recovery_fraction: float = Field(0.1, ge=0.0, le=1.0, description=(
         "Share of template conversations whose question misspells the start and whose first call is node_info on "
         "it: \"not found\" lists the closest names, the next call copies the exact one (docs/sft.md, \"Not found\")."))
-    loop_recovery_fraction: float = Field(0.1, ge=0.0, le=1.0, description=(
-        "Share of template conversations that repeat a node_info call once (that turn not trained on), get the "
-        "repeat note and walk on (docs/sft.md, \"Repeated calls\")."))
+    loop_recovery_fraction: float = Field(0.2, ge=0.0, le=1.0, description=(
+        "Share of template conversations that repeat a node_info call once after a looping thought (that turn not "
+        "trained on), get the repeat note and walk on (docs/sft.md, \"Repeated calls\")."))
     renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Share of template conversations that call their graph by an alias drawn from entity words, so the model "
         "copies the graph's name from the prompt instead of memorising the training domains' (docs/sft.md, \"Graph "

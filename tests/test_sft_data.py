@@ -209,12 +209,21 @@ def test_loop_recovery_conversations_repeat_a_call_untrained_and_walk_on_after_t
         assert len(untrained) == 1 and format_problems(record) == []
         i = untrained[0]
         # the same node_info call as the turn before its response, answered with the rollout engine's note
-        assert turns[i]["value"] == turns[i - 2]["value"] and "<tool_call>node_info(" in turns[i]["value"]
+        call = re.search(r"<tool_call>.*</tool_call>", turns[i - 2]["value"])[0]
+        assert turns[i]["value"].endswith(call) and "<tool_call>node_info(" in call
         assert turns[i + 1]["value"] == f"<tool_response>\n{REPEAT_NOTE}\n</tool_response>"
         node = re.search(r'node_name="([^"]*)"', turns[i]["value"])[1]
         recovery = turns[i + 2]["value"]
         assert recovery.startswith(f"<think>The response above is all node_info shows for {node}. ")
         assert f'node_name="{node}"' not in recovery  # it walks on: another entity, or the answer
+        # the looping thought reads the relation the recovery reads, then keeps the question it had: the question
+        # itself at the start, else the previous turn's rewrite
+        looping = re.search(r"<think>(.*)</think>", turns[i]["value"], re.S)[1]
+        sentence, kept = looping.split(". So the question becomes: ")
+        assert recovery.startswith(f"<think>The response above is all node_info shows for {node}. {sentence}.")
+        before = re.search(r"So the question becomes: (.*?)</think>", turns[i - 2]["value"], re.S)
+        assert kept == (before[1] if before else record.question)
+        assert kept not in recovery
     # without the repeated turn, its note and the recovery's first sentence, each is the plain conversation
     build_sft_conversations(solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
         update={"recovery_fraction": 0.0, "misspelled_start_fraction": 0.0, "loop_recovery_fraction": 0.0})}),

@@ -61,7 +61,7 @@ from pipelines.train.rl.keep import read_kept_rollouts
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 9  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
+TEMPLATE_VERSION = 10  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
 # the "relations" text or the "remaining_question" one)
 
 
@@ -189,6 +189,16 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
     return thoughts
 
 
+def looping_thought(reading: PathReading, node: int, question: str) -> str:
+    """What a looping model thinks before it calls node_info on the node it has just read, again: the right relation
+    read, then the question it had, unchanged, as if that relation left it where it was ("Target Profile outlines
+    Desired Outcomes. So the question becomes: Which entity does Target Profile outline?"; 13 of the eighteenth
+    run's 16 NIST loops, docs/sft.md, "Repeated calls"). Never a target (the turn is untrained): the recovery after
+    the note reads the same relation and goes on, so the model learns that what follows the note differs."""
+    asked = question if node == 0 else reading.remaining[node - 1]
+    return f"{reading.sentences[node]}. So the question becomes: {asked}"
+
+
 def misspelled_name(name: str, rng: random.Random) -> str | None:
     """``name`` written as a user (or a small model retyping it) might: lowercase, one letter dropped, doubled
     or swapped with the next, or the last word of a 3+ word name left off. None when nothing changes."""
@@ -241,9 +251,9 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     (``sft_data.recovery_fraction``; None when the index resolves the misspelling itself or does not list the name).
     ``relation_phrases``: node_info labels unlabelled relations with their phrase (tools.unlabelled_relations), and
     the thinking reads them so. ``loop_at``: the node_info call on the path's node of that index is made twice in a
-    row, the second time as an untrained turn (``"train": "false"``: what a looping model writes, never a target),
-    answered with the rollout engine's ``REPEAT_NOTE``; the next turn reads the response above and walks on
-    (``sft_data.loop_recovery_fraction``).
+    row, the second time as an untrained turn (``"train": "false"``: what a looping model writes, never a target;
+    with a reading its thinking is ``looping_thought``'s), answered with the rollout engine's ``REPEAT_NOTE``; the
+    next turn reads the response above and walks on (``sft_data.loop_recovery_fraction``).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -304,7 +314,9 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
             return None
         turns.append({"from": "observation", "value": response})
         if i == loop_at:  # the same call again (not trained on), the note, then the walk goes on from the response
-            turns.append({**turns[-2], "train": "false"})
+            looping = looping_thought(reading, i, question) if reading else thoughts[i + 1]
+            turns.append({"from": "gpt", "value": _gpt(looping, f"<tool_call>{call}</tool_call>", mode),
+                          "train": "false"})
             turns.append({"from": "observation", "value": protocol.response_message(REPEAT_NOTE)})
             thoughts[i + 2] = f"The response above is all node_info shows for {node}. {thoughts[i + 2]}"
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], answer_block(pair.answer), mode)})
