@@ -475,7 +475,8 @@ class RLStageParams(DomainSelection):
         "rewards; docs/rl.md, \"Turn-level credit\")."))
     num_generations: int = Field(4, ge=1, description="Rollouts per question (the GRPO group size).")
     questions_per_step: int = Field(1, ge=1, description=(
-        "Questions per batch of rollouts (one optimizer step, or ppo_epochs x ppo_minibatches with ppo)."))
+        "Questions per batch of rollouts (one optimizer step, or ppo_epochs x ppo_minibatches with ppo), per "
+        "process: under `accelerate launch` with N processes a step learns from N x this many."))
     max_steps: int = Field(4, ge=1, description="Optimizer steps (TRL's; with ppo, several per batch of rollouts).")
     epochs: float = Field(1.0, gt=0, description=(
         "Passes over the training questions (TRL's num_train_epochs; max_steps ends the run first)."))

@@ -82,5 +82,5 @@ def llm_cache_dir(artifacts: Path) -> Path:
 
 
 def lock_file(artifacts: Path, name: str) -> Path:
-    """The lock of one domain's import or build (across processes)."""
+    """A lock across processes: one domain's import or build, the QA dataset, one model's ONNX conversion."""
     return artifacts / ".locks" / f"{name}.lock"

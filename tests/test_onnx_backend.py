@@ -107,6 +107,29 @@ def test_conversion_is_an_artifact_cached_by_the_model_identity(tiny_llama: Path
     assert second != onnx_folder and (second / "model.onnx").is_file() and (onnx_folder / "model.onnx").is_file()
 
 
+def convert_and_read(source: Path, artifacts: Path) -> tuple[Path, str]:
+    """In a process of its own: convert ``source`` and say which manifest the folder returned holds."""
+    from pipelines.llm.onnx_export import export_onnx
+    from pipelines.manifest import model_identity, read_manifest
+
+    folder = export_onnx(model_identity(source), source, artifacts)
+    return folder, read_manifest(folder).created_at
+
+
+def test_processes_converting_the_same_model_at_once_convert_it_once(tmp_path: Path) -> None:
+    """Under ``accelerate launch`` every process starts a rollout engine on the same policy: the second waits for
+    the first's conversion and reuses it, so both read the one folder with the one manifest."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    source = build_tiny_llama(tmp_path / "shared", vocab_size=300)
+    artifacts = tmp_path / "artifacts"
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(convert_and_read, [source, source], [artifacts, artifacts]))
+    assert results[0] == results[1] and (results[0][0] / "model.onnx").is_file()
+    assert [p.name for p in (artifacts / "models" / "onnx").iterdir()] == [results[0][0].name]
+
+
 def test_a_failed_conversion_leaves_nothing(tmp_path: Path, artifacts: Path) -> None:
     from pipelines.llm.base import LLMError
     from pipelines.llm.onnx_export import export_onnx

@@ -221,14 +221,16 @@ def run_name(model: str, protocol: str, baseline: str | None, split: str) -> str
 
 def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: str | None = None,
              baseline: str | None = None, endpoint: str | None = None, tools: ToolClient | None = None,
-             client: ChatClient | None = None, name: str | None = None, progress: bool = True) -> EvalResult:
+             client: ChatClient | None = None, name: str | None = None, progress: bool = True,
+             build: ArtifactBuild | None = None) -> EvalResult:
     """Roll ``model`` out on ``source``'s questions (:func:`question_source` builds one from a split or a KGQA
     file), score and report; the report folder is artifacts/reports/<run>/. Always evaluates:
-    :func:`evaluate_cached` reuses a current report instead."""
+    :func:`evaluate_cached` reuses a current report instead (and passes the ``build`` it has already
+    fingerprinted, so that a miss does not hash its inputs twice)."""
     protocol = protocol or params.agent.protocol
     if baseline is not None and baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
-    identity = model_key(params, model, endpoint=endpoint, client=client)
+    identity = model_key(params, model, endpoint=endpoint, client=client) if build is None else ""
     chat = client or load_agent_model(model, params, endpoint=endpoint)
     the_protocol = make_protocol(params, protocol, baseline)
     tool_client = tools or InProcessToolClient(source.toolbox) if the_protocol.uses_tools else None
@@ -264,8 +266,8 @@ def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: st
 
         metrics.judge = judge_answers(trajectories, build_chat_client(params), params.llm,
                                       progress=progress).model_dump()
-    build = report_build(params, report_dir(params.artifacts_dir, run), identity, source, protocol=protocol,
-                         baseline=baseline, endpoint=endpoint)
+    build = build or report_build(params, report_dir(params.artifacts_dir, run), identity, source, protocol=protocol,
+                                  baseline=baseline, endpoint=endpoint)
     folder = write_report(build.folder, metrics, trajectories, gold_paths=gold, inputs=build.inputs,
                           params=build.params, qa_quality=source.qa_quality(),
                           metadata={"wall_time_s": round(time.perf_counter() - started, 2),
@@ -312,4 +314,4 @@ def evaluate_cached(params: Params, model: str = "base", *, name: str, force: bo
     if build.reusable(force):
         return EvalResult(folder=build.folder, metrics=read_metrics(build.folder), trajectories=[], skipped=True)
     return evaluate(params, model, source, protocol=protocol, baseline=baseline, endpoint=endpoint, name=name,
-                    progress=progress)
+                    progress=progress, build=build)

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, get_args
 
 from pipelines.config import OnnxPrecision
-from pipelines.layout import onnx_model_dir
+from pipelines.crashsafe import file_lock
+from pipelines.layout import lock_file, onnx_model_dir
 from pipelines.llm.base import LLMError
 from pipelines.manifest import ArtifactBuild
 
@@ -102,8 +103,16 @@ def export_onnx(identity: str, write_source: Callable[[Path], None] | Path, arti
                 precision: str = "fp32", source_name: str = "") -> Path:
     """The ONNX folder of the model whose identity is ``identity``: reused when its manifest matches, else
     converted from ``write_source`` (a transformers folder, or a function that writes one into the folder it
-    is given, e.g. a merged adapter). Returns the folder."""
+    is given, e.g. a merged adapter). Returns the folder. Several processes (``accelerate launch``: one rollout
+    engine each) convert the same model in turn under a file lock: the first writes it, the others reuse it."""
     folder = onnx_model_dir(Path(artifacts_dir), identity, precision)
+    with file_lock(lock_file(Path(artifacts_dir), f"onnx-{folder.name}"), timeout_s=None,
+                   what=f"the ONNX conversion of {identity}"):
+        return _convert_once(folder, identity, write_source, precision=precision, source_name=source_name)
+
+
+def _convert_once(folder: Path, identity: str, write_source: Callable[[Path], None] | Path, *, precision: str,
+                  source_name: str) -> Path:
     build = ArtifactBuild(folder, ONNX_KIND, {"model": identity},
                           {"precision": precision, "builder": builder_version(), "execution_provider": "cpu",
                            "logits": LOGITS})
