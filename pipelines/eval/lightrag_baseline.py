@@ -351,7 +351,8 @@ def lightrag_contexts(params: Params, where: Params, client: ChatClient, questio
     settings = params.lightrag
     encoder = encoder or Encoder(where.index, cache_dir=embeddings_cache_dir(where.artifacts_dir))
     started = time.perf_counter()
-    indexes = {d: "reused" if build_lightrag_index(where, d, encoder=encoder).skipped else "built" for d in questions}
+    indexes = {d: "reused" if build_lightrag_index(where, d, encoder=encoder).skipped else "built"
+               for d in tqdm(questions, desc="lightrag indexes", unit="domain", disable=not progress)}
     total = sum(len(set(qs)) for qs in questions.values())
     model = _KeywordModel(client, settings.keyword_tokens, params.eval.seed, questions=total,
                           batch_size=params.agent.batch_size)
