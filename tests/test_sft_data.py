@@ -21,6 +21,7 @@ from pipelines.train.sft_data import (
     build_sft_conversations,
     format_problems,
     omne_protocol,
+    quoted_line,
     read_sft_conversations,
     trajectory_conversation,
 )
@@ -345,6 +346,55 @@ def test_thinking_quotes_only_what_the_tool_responses_show(solar_qa: Params) -> 
     quoted = [d for d in described if d in thoughts]
     assert quoted and all(d in shown for d in quoted)
     assert all('<tools>\n{"type": "function", "function": {"name": "entity_matcher"' in r.system for r in records)
+
+
+def test_thinking_after_node_info_quotes_the_line_that_lists_the_next_entity(solar_qa: Params) -> None:
+    """Each thought after a node_info response starts with "Line k: <relation> <name> [type]", copied from line k of
+    that response, and the name it quotes is the one the next call or the answer copies."""
+    import re
+
+    build_sft_conversations(solar_qa, progress=False)
+    records = read_sft_conversations(solar_qa)
+    quotes = 0
+    for record in records:
+        turns = record.conversations
+        for before, response, after in zip(turns[1:], turns[2:], turns[3:], strict=False):
+            if before["from"] != "gpt" or "<tool_call>node_info(" not in before["value"] or after["from"] != "gpt":
+                continue
+            if "<error>" in response["value"]:  # a misspelling's "not found", or the repeat note: no line to quote
+                continue
+            think = after["value"].split("</think>")[0].removeprefix("<think>")
+            think = re.sub(r"^The response above is all node_info shows for .*?\. (?=Line )", "", think)
+            quoted = re.match(r"Line (\d+): (.*?\]-[->]? ?(.*?)(?: \[[^\]]*\])?)\. ", think)
+            assert quoted, think
+            rank, relation, name = quoted.groups()
+            listed = next(line for line in response["value"].splitlines() if line.startswith(f"{rank}. "))
+            assert listed.removeprefix(f"{rank}. ").startswith(relation)
+            target = re.search(r'node_name="([^"]*)"|<answer> (.*)</answer>', after["value"])
+            assert name in {target[1], target[2]}
+            quotes += 1
+    assert quotes >= len(records)  # every conversation reads at least one relation
+    # without the quote, the thoughts are the reading alone
+    plain = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"quote_relation_line": False})})
+    assert not build_sft_conversations(plain, progress=False).skipped  # (the setting is in the fingerprint)
+    text = "".join(t["value"] for r in read_sft_conversations(plain) for t in r.conversations if t["from"] == "gpt")
+    assert "Line 1: " not in text
+
+
+def test_quoted_line_is_the_line_listing_that_exact_name_without_its_description() -> None:
+    response = "\n".join(["Entity: PyMuPDF Version 1.2.0", "Type: parser", "Relations (4):",
+                          "1. -[document detail,tool usage]-- CSWP.29.pdf [data]: the PDF it parsed",
+                          "2. <-[mentions]- NIST.CSWP.29.pdf [document]: the paper mentions the version",
+                          "3. -[mentions]-> NIST.CSWP.29.pdf",
+                          "4. -[reference]-- Header: lists NIST.CSWP.29 in its header"])
+    assert quoted_line(response, "NIST.CSWP.29.pdf") == "Line 2: <-[mentions]- NIST.CSWP.29.pdf [document]"
+    assert quoted_line(response, "NIST.CSWP.29.pdf", "mentions") == "Line 2: <-[mentions]- NIST.CSWP.29.pdf [document]"
+    assert quoted_line(response, "CSWP.29.pdf") == "Line 1: -[document detail,tool usage]-- CSWP.29.pdf [data]"
+    assert quoted_line(response, "Header") == "Line 4: -[reference]-- Header"
+    assert quoted_line(response, "NIST.CSWP.29") is None  # only part of a listed name, and in a description
+    assert quoted_line(response, "PyMuPDF Version 1.2.0") is None  # the entity itself, not a listed neighbour
+    triples = "1. Lenny -[emphasizes the role of]-> Channel DNA [concept]\n2. Lenny Rachitsky -[hosts]-> Lenny"
+    assert quoted_line(triples, "Lenny") == "Line 2: Lenny Rachitsky -[hosts]-> Lenny"
 
 
 def test_correct_rollouts_convert_and_wrong_ones_do_not(solar_qa: Params, toolbox) -> None:  # noqa: ANN001

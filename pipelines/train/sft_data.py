@@ -61,7 +61,7 @@ from pipelines.train.rl.keep import read_kept_rollouts
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 10  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
+TEMPLATE_VERSION = 11  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
 # the "relations" text or the "remaining_question" one)
 
 
@@ -189,6 +189,39 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
     return thoughts
 
 
+_LISTED = re.compile(r"^(\d+)\. (.*)$")
+_ARROW_END = re.compile(r"\](?:->|--|-) ")
+
+
+def quoted_line(response: str, neighbour: str, label: str | None = None) -> str | None:
+    """node_info's line that lists ``neighbour``, as the thinking quotes it before reading the relation ("Line 1:
+    <-[outlines]- Target Profile"): the relation and the name as the tool wrote them, without the description.
+    The thinking then copies the name from text it has just written beside the line's number, not from a response
+    two turns up: of the twentieth run's NIST answers, 15% were names no tool showed, most of them a neighbour's
+    name spliced into another ("Header.2.0"; docs/sft.md, "Quoted lines"). A line with ``label`` is preferred when
+    several lines list the neighbour; None when no line lists it by that exact name (it is only in a description)."""
+    found: list[tuple[bool, str]] = []
+    for line in response.splitlines():
+        listed = _LISTED.match(line)
+        if listed is None:
+            continue
+        rank, text = listed.groups()
+        for arrow in _ARROW_END.finditer(text):
+            start = arrow.end()
+            end = start + len(neighbour)
+            rest = text[end:]
+            if text[start:end] != neighbour or not (rest == "" or rest.startswith((" [", ":"))):
+                continue
+            if rest.startswith(" [") and (close := rest.find("]")) > 0:
+                end += close + 1
+            relation = text[:end]
+            found.append((label is not None and f"[{label}]" in text[:start], f"Line {rank}: {relation}"))
+            break
+    if not found:
+        return None
+    return next((quote for labelled, quote in found if labelled), found[0][1])
+
+
 def looping_thought(reading: PathReading, node: int, question: str) -> str:
     """What a looping model thinks before it calls node_info on the node it has just read, again: the right relation
     read, then the question it had, unchanged, as if that relation left it where it was ("Target Profile outlines
@@ -232,7 +265,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           specs: str = "json", relation_descriptions: bool = True,
                           neighbor_types: bool = False, filled_question: bool = False,
                           recover: bool = False, relation_phrases: bool = True,
-                          loop_at: int | None = None) -> SFTConversation | None:
+                          loop_at: int | None = None, quote_lines: bool = True) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -253,7 +286,9 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     the thinking reads them so. ``loop_at``: the node_info call on the path's node of that index is made twice in a
     row, the second time as an untrained turn (``"train": "false"``: what a looping model writes, never a target;
     with a reading its thinking is ``looping_thought``'s), answered with the rollout engine's ``REPEAT_NOTE``; the
-    next turn reads the response above and walks on (``sft_data.loop_recovery_fraction``).
+    next turn reads the response above and walks on (``sft_data.loop_recovery_fraction``). ``quote_lines``: each
+    thinking after a node_info response first quotes the line that lists the next entity (``quoted_line``; None
+    when no line lists it by its exact name; ``sft_data.quote_relation_line``).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -274,10 +309,11 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     episode_id = uuid.uuid4().hex  # the conversation's tool episode: node_info may order by the question it knows
 
     def observe(name: str, entity: str, must_show: str) -> str | None:
+        """The tool's response text; None when the call fails or the response does not show ``must_show``."""
         result = tools.call(_call(name, entity, domain), graph_type=domain, episode_id=episode_id, question=question)
         if not result.ok or not mentions(result.content, must_show):
             return None
-        return protocol.response_message(result.content)
+        return result.content
 
     hops = len(edges)
     if loop_at is not None:
@@ -305,16 +341,22 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
         response = observe("entity_matcher", query, start)
         if response is None:
             return None
-        turns.append({"from": "observation", "value": response})
+        turns.append({"from": "observation", "value": protocol.response_message(response)})
     for i, node in enumerate(nodes[:hops]):
         call = _call("node_info", node, shown)
         turns.append({"from": "gpt", "value": _gpt(thoughts[i + 1], f"<tool_call>{call}</tool_call>", mode)})
         response = observe("node_info", node, nodes[i + 1])
         if response is None:
             return None
-        turns.append({"from": "observation", "value": response})
+        turns.append({"from": "observation", "value": protocol.response_message(response)})
+        quote = ""
+        if quote_lines:
+            if (line := quoted_line(response, nodes[i + 1], edges[i].keywords)) is None:
+                return None
+            quote = f"{line}. "
+            thoughts[i + 2] = quote + thoughts[i + 2]
         if i == loop_at:  # the same call again (not trained on), the note, then the walk goes on from the response
-            looping = looping_thought(reading, i, question) if reading else thoughts[i + 1]
+            looping = quote + looping_thought(reading, i, question) if reading else thoughts[i + 1]
             turns.append({"from": "gpt", "value": _gpt(looping, f"<tool_call>{call}</tool_call>", mode),
                           "train": "false"})
             turns.append({"from": "observation", "value": protocol.response_message(REPEAT_NOTE)})
@@ -554,7 +596,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                "relation_descriptions": params.tools.relation_descriptions,
                "neighbor_types": params.tools.neighbor_types,
                "relation_phrases": params.tools.unlabelled_relations == "phrase",
-               "filled_question": settings.thinking == "filled_question"}
+               "filled_question": settings.thinking == "filled_question",
+               "quote_lines": settings.quote_relation_line}
     if "template" in settings.sources:
         from tqdm.auto import tqdm
 
