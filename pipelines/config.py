@@ -398,6 +398,9 @@ class SFTParams(_Section):
     """Stage-2 SFT training (Omne-R1 paper, section 3.4): LoRA or full fine-tuning with the weighted
     think-loss. Base values are the quick CPU profile; the paper profile sets the paper's sizes."""
 
+    base_model: str | None = Field(None, description=(
+        "The model stage 2 fine-tunes: `null` (agent.base_model), `smollm2` or a local transformers folder (the "
+        "paper: Qwen3-14B, stage 1 Qwen2.5-14B-Instruct; docs/paper.md)."))
     method: Literal["lora", "full"] = Field("lora", description=(
         "`lora` (r=`lora_r` on every linear layer of the blocks) or `full` fine-tuning."))
     mode: Literal["think", "no_think"] = Field("think", description=(
@@ -465,6 +468,9 @@ class RLStageParams(DomainSelection):
     """One RL stage (Omne-R1 paper: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
     trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
 
+    base_model: str | None = Field(None, description=(
+        "Stage 1 only, the model it starts from: `null` (agent.base_model), `smollm2` or a local transformers "
+        "folder (the paper: Qwen2.5-14B-Instruct). Stage 3 starts from the SFT model and refuses a value."))
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description=(
         "`grpo` (group-normalised advantages) or `ppo` (GAE with a value model, the Omne-R1 paper's)."))
     rewards: list[str] = Field(default_factory=lambda: ["omne_stage1"], min_length=1, description=(
@@ -581,6 +587,13 @@ class RLParams(_Section):
                                                 logprob_chunk_tokens=256, backend="onnx"), description=(
         "RL from the SFT model; quick: omne_stage3 with eog and grounding (omne_stage3 alone teaches "
         "answering the start entity), whole SFT-model turns for agent.max_rounds rounds (docs/rl.md)."))
+
+    @model_validator(mode="after")
+    def _stage3_starts_from_the_sft_model(self) -> RLParams:
+        if self.stage3.base_model is not None:
+            raise ValueError(f"rl.stage3.base_model: {self.stage3.base_model!r}: stage 3 starts from the SFT model "
+                             "(sft.base_model sets what SFT fine-tunes; `omne rl train --start` picks another start)")
+        return self
 
 
 class CheckParams(_Section):

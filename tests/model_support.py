@@ -15,9 +15,23 @@ TEXT = ("The planet Mars orbits the Sun. Phobos and Deimos orbit Mars. Which moo
 
 
 def build_tiny_llama(folder: Path, text: str = TEXT, vocab_size: int = 300) -> Path:
+    return build_tiny_model(folder, "llama", text=text, vocab_size=vocab_size)
+
+
+def build_tiny_model(folder: Path, architecture: str = "llama", *, text: str = TEXT, vocab_size: int = 300) -> Path:
+    """A tiny random model of ``architecture`` (``llama``, ``qwen2`` or ``qwen3``), built from its config class, with
+    a BPE tokenizer trained on ``text``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
     raw = Tokenizer(models.BPE(unk_token=None))
@@ -29,12 +43,14 @@ def build_tiny_llama(folder: Path, text: str = TEXT, vocab_size: int = 300) -> P
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<|im_end|>",
                                         bos_token="<|im_start|>")
     tokenizer.chat_template = CHATML
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16384,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id)
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                                 "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[architecture]
+    config = config_class(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16384,
+                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                          bos_token_id=tokenizer.bos_token_id)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    model = model_class(config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

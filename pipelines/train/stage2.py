@@ -1,4 +1,5 @@
-"""Stage 2 as a build step: SFT conversations + base model -> artifacts/models/<name>/ (adapter or full model).
+"""Stage 2 as a build step: SFT conversations + base model (sft.base_model, else agent.base_model) ->
+artifacts/models/<name>/ (adapter or full model).
 
 One function shared by `omne sft train`, the Dagster asset `sft_model` and the DVC stage; the think
 weight can be overridden for the Table-5 sweep (each weight its own model folder).
@@ -23,5 +24,5 @@ def build_sft_model(params: Params, *, name: str = "sft", think_weight: float | 
     inputs = manifest_inputs(conversations_dir, params.root, "SFT conversations (run `omne sft data`)")
     overrides = {"think_weight": think_weight, "max_steps": max_steps}
     sft = params.sft.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    return train_sft(read_sft_conversations(params), resolve_model_folder(BASE, params),
+    return train_sft(read_sft_conversations(params), resolve_model_folder(params.sft.base_model or BASE, params),
                      model_dir(params.artifacts_dir, name), sft, progress=progress, force=force, inputs=inputs)

@@ -43,12 +43,13 @@ from pipelines.train.rl.rollouts import ToolRollouts, trajectory_rewards
 
 
 def _start_model(params: Params, stage: int, start: str | None) -> Path:
-    """The folder a stage starts from: ``start`` when given, else the base model (stage 1) or the SFT model."""
+    """The folder a stage starts from: ``start`` when given, else stage 1's base model (rl.stage1.base_model, by
+    default agent.base_model) or the SFT model."""
 
     if start:
         return resolve_model_folder(start, params)
     if stage == 1:
-        return resolve_model_folder(BASE, params)
+        return resolve_model_folder(params.rl.stage1.base_model or BASE, params)
     folder = model_dir(params.artifacts_dir, SFT_MODEL)
     if not folder.is_dir():
 
