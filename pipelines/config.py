@@ -33,6 +33,9 @@ PROFILE_ENV = "OMNE_PROFILE"
 
 
 MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it never changes a result (memory, checkpoints)
+# a field's json_schema_extra: what it resolves to is already an input of the build (a start model's identity), so
+# the setting itself stays out of fingerprints (adding it rebuilt nothing)
+RESOLVED_INPUT = {"resolved_input": True}
 # the onnx backend's weights: fp32 (the transformers answers, to the float); int8 (8-bit weights in blocks of 32, the
 # matrix products in int8: answers differ where the fp32 ones are near-ties, docs/llm.md); int4 (4-bit weights:
 # faster still, but a 135M model's answers do not survive it)
@@ -45,9 +48,9 @@ class _Section(BaseModel):
 
     def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
         """The section as it shapes an artifact (fingerprints, cache keys): without the memory-only settings, so
-        tuning them reuses what is built."""
+        tuning them reuses what is built, nor those whose resolved value is an input (``RESOLVED_INPUT``)."""
         memory = {name for name, field in type(self).model_fields.items()
-                  if (field.json_schema_extra or {}).get("memory_only")}
+                  if {"memory_only", "resolved_input"} & set(field.json_schema_extra or {})}
         return self.model_dump(mode="json", exclude=memory | set(exclude))
 
 
@@ -398,7 +401,7 @@ class SFTParams(_Section):
     """Stage-2 SFT training (Omne-R1 paper, section 3.4): LoRA or full fine-tuning with the weighted
     think-loss. Base values are the quick CPU profile; the paper profile sets the paper's sizes."""
 
-    base_model: str | None = Field(None, description=(
+    base_model: str | None = Field(None, json_schema_extra=RESOLVED_INPUT, description=(
         "The model stage 2 fine-tunes: `null` (agent.base_model), `smollm2` or a local transformers folder (the "
         "paper: Qwen3-14B, stage 1 Qwen2.5-14B-Instruct; docs/paper.md)."))
     method: Literal["lora", "full"] = Field("lora", description=(
@@ -468,7 +471,7 @@ class RLStageParams(DomainSelection):
     """One RL stage (Omne-R1 paper: stage 1 from the base model on QA pairs, stage 3 from the SFT model): the
     trainer, the rewards by name (pipelines.train.rewards.REWARDS) and the rollout sizes."""
 
-    base_model: str | None = Field(None, description=(
+    base_model: str | None = Field(None, json_schema_extra=RESOLVED_INPUT, description=(
         "Stage 1 only, the model it starts from: `null` (agent.base_model), `smollm2` or a local transformers "
         "folder (the paper: Qwen2.5-14B-Instruct). Stage 3 starts from the SFT model and refuses a value."))
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description=(

@@ -54,6 +54,9 @@ def test_each_stage_starts_from_its_own_base_model(solar_qa: Params, tiny: Path,
     again = params.model_copy(update={"sft": params.sft.model_copy(update={"base_model": str(tiny)})})
     assert not build_sft_model(again, progress=False).skipped
     assert architecture(sft.folder) == "llama"
+    # null is agent.base_model: the same start model, so the same fingerprint (the setting itself is not in it)
+    unset = params.model_copy(update={"sft": params.sft.model_copy(update={"base_model": None})})
+    assert build_sft_model(unset, progress=False).skipped
 
 
 def test_stage3_refuses_a_base_model_of_its_own(solar_qa: Params) -> None:
