@@ -26,15 +26,17 @@ DRIVER = Path(__file__).with_name("data_parallel_driver.py")
 
 
 def _params_file(params: Params, name: str, *, processes: int) -> Path:
-    """A params file in the project (its artifacts, its root): 2 SFT steps of 2 conversations and 2 PPO steps of
-    2 questions x 2 rollouts, each global batch split over ``processes``."""
+    """A params file in the project (its artifacts, its root): 2 SFT steps of 2 conversations, and 2 GRPO (stage 1)
+    and 2 PPO (stage 3) steps of 2 questions x 2 rollouts, each global batch split over ``processes``."""
     sft = params.sft.model_copy(update=dict(max_steps=2, per_device_batch=1, grad_accumulation=2 // processes,
                                             learning_rate=1e-3, warmup_ratio=0.0, save_steps=0, bf16=False,
                                             max_length=16384))
     ppo = dict(algorithm="ppo", num_generations=2, questions_per_step=2 // processes, max_steps=2, max_new_tokens=12,
                max_rounds=2, max_questions=4, val_questions=0, learning_rate=1e-3, value_learning_rate=1e-3,
                micro_batch=1, backend="transformers", bf16=False)
-    rl = params.rl.model_copy(update={"stage3": params.rl.stage3.model_copy(update=ppo)})
+    grpo = {**{k: v for k, v in ppo.items() if k != "value_learning_rate"}, "algorithm": "grpo"}
+    rl = params.rl.model_copy(update={"stage1": params.rl.stage1.model_copy(update=grpo),
+                                      "stage3": params.rl.stage3.model_copy(update=ppo)})
     # each episode generated alone: its sampling depends on its own seed, not on the episodes batched with it
     agent = params.agent.model_copy(update={"device": "cpu", "batch_size": 1})
     raw = params.model_copy(update={"sft": sft, "rl": rl, "agent": agent}).model_dump(mode="json")
@@ -50,8 +52,10 @@ def _free_port() -> int:
 
 
 def _commands(params: Path, name: str, start: Path) -> list[list[str]]:
-    """`omne sft train` and `omne rl --stage 3` (PPO from ``start``), into models named after ``name``."""
+    """`omne sft train`, `omne rl --stage 1` (GRPO from the base model) and `omne rl --stage 3` (PPO from ``start``),
+    into models named after ``name``."""
     return [["--params", str(params), "sft", "train", "--name", f"sft-{name}"],
+            ["--params", str(params), "rl", "--stage", "1", "--name", f"grpo-{name}"],
             ["--params", str(params), "rl", "--stage", "3", "--start", str(start), "--name", f"ppo-{name}"]]
 
 
@@ -79,9 +83,10 @@ def solar_all_train(solar_qa: Params, tiny: Path) -> Params:
 
 def test_two_processes_train_as_one_process_on_the_same_global_batch(solar_all_train: Params, tiny: Path,
                                                                     tmp_path: Path) -> None:
-    """SFT (LoRA) and stage-3 PPO (LoRA policy and critic), 2 steps each, in one process and in two on the same
-    global batches: the logged losses, the saved models and the critic match; the two processes' critics are equal
-    to the bit after the steps (gradients averaged over the processes, first weights drawn from the same seed)."""
+    """SFT (LoRA), stage-1 GRPO and stage-3 PPO (LoRA policy and critic), 2 steps each, in one process and in two on
+    the same global batches: the logged losses, the saved models and the critic match; the two processes' critics
+    are equal to the bit after the steps (gradients averaged over the processes, first weights drawn from the same
+    seed)."""
     params = solar_all_train
     one, two = _params_file(params, "one-process", processes=1), _params_file(params, "two-processes", processes=2)
     run(tmp_path / "one", _commands(one, "one", tiny))  # in this process: its imports are paid already
@@ -94,7 +99,8 @@ def test_two_processes_train_as_one_process_on_the_same_global_batch(solar_all_t
     assert result.returncode == 0, f"{command}: {result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 
     models = params.artifacts_dir / "models"
-    for kind, keys in (("sft", ("loss", "grad_norm")), ("ppo", ("loss", "grad_norm", "value_loss", "reward"))):
+    for kind, keys in (("sft", ("loss", "grad_norm")), ("grpo", ("loss", "grad_norm", "reward")),
+                       ("ppo", ("loss", "grad_norm", "value_loss", "reward"))):
         single, parallel = _steps(models / f"{kind}-one"), _steps(models / f"{kind}-two")
         assert [h["step"] for h in single] == [h["step"] for h in parallel] == [1, 2]
         for a, b in zip(single, parallel, strict=True):
@@ -107,6 +113,9 @@ def test_two_processes_train_as_one_process_on_the_same_global_batch(solar_all_t
     start, policy = load_file(tiny / "model.safetensors"), load_file(models / "ppo-one" / "model.safetensors")
     assert any(not torch.equal(policy[k], start[k]) for k in start)  # the steps moved the policy
     assert _close(policy, load_file(models / "ppo-two" / "model.safetensors"))
+    grpo = load_file(models / "grpo-one" / "model.safetensors")
+    assert any(not torch.equal(grpo[k], start[k]) for k in start)
+    assert _close(grpo, load_file(models / "grpo-two" / "model.safetensors"))
     (critic,) = [load_file(p) for p in sorted((tmp_path / "one").glob("critic-*.safetensors"))]
     rank0, rank1 = [load_file(p) for p in sorted((tmp_path / "two").glob("critic-*.safetensors"))]
     assert rank0.keys() == rank1.keys() and all(torch.equal(rank0[k], rank1[k]) for k in rank0)
