@@ -373,9 +373,9 @@ class SFTDataParams(DomainSelection):
     loop_recovery_fraction: float = Field(0.2, ge=0.0, le=1.0, description=(
         "Share of template conversations that repeat a node_info call once after a looping thought (that turn not "
         "trained on), get the repeat note and walk on (docs/sft.md, \"Repeated calls\")."))
-    quote_relation_line: bool = Field(True, description=(
+    quote_relation_line: bool = Field(False, description=(
         "Each thinking after a node_info response first quotes the line that lists the next entity (\"Line 1: "
-        "<-[outlines]- Target Profile\"), so the name is copied from beside it (docs/sft.md, \"Quoted lines\")."))
+        "<-[outlines]- Target Profile\"); off: no gain measured on NIST or in domain (docs/sft.md, \"Quoted lines\")."))
     renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Share of template conversations that call their graph by an alias drawn from entity words, so the model "
         "copies the graph's name from the prompt instead of memorising the training domains' (docs/sft.md, \"Graph "

@@ -353,8 +353,10 @@ def test_thinking_after_node_info_quotes_the_line_that_lists_the_next_entity(sol
     that response, and the name it quotes is the one the next call or the answer copies."""
     import re
 
-    build_sft_conversations(solar_qa, progress=False)
-    records = read_sft_conversations(solar_qa)
+    quoting = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"quote_relation_line": True})})
+    build_sft_conversations(quoting, progress=False)
+    records = read_sft_conversations(quoting)
     quotes = 0
     for record in records:
         turns = record.conversations
@@ -374,10 +376,10 @@ def test_thinking_after_node_info_quotes_the_line_that_lists_the_next_entity(sol
             assert name in {target[1], target[2]}
             quotes += 1
     assert quotes >= len(records)  # every conversation reads at least one relation
-    # without the quote, the thoughts are the reading alone
-    plain = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"quote_relation_line": False})})
-    assert not build_sft_conversations(plain, progress=False).skipped  # (the setting is in the fingerprint)
-    text = "".join(t["value"] for r in read_sft_conversations(plain) for t in r.conversations if t["from"] == "gpt")
+    # off (the default), the thoughts are the reading alone, and the fingerprint is the one before the setting
+    result = build_sft_conversations(solar_qa, progress=False)
+    assert not result.skipped and "quote_relation_line" not in result.manifest.params
+    text = "".join(t["value"] for r in read_sft_conversations(solar_qa) for t in r.conversations if t["from"] == "gpt")
     assert "Line 1: " not in text
 
 

@@ -61,7 +61,7 @@ from pipelines.train.rl.keep import read_kept_rollouts
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 11  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
+TEMPLATE_VERSION = 10  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
 # the "relations" text or the "remaining_question" one)
 
 
@@ -198,7 +198,8 @@ def quoted_line(response: str, neighbour: str, label: str | None = None) -> str 
     <-[outlines]- Target Profile"): the relation and the name as the tool wrote them, without the description.
     The thinking then copies the name from text it has just written beside the line's number, not from a response
     two turns up: of the twentieth run's NIST answers, 15% were names no tool showed, most of them a neighbour's
-    name spliced into another ("Header.2.0"; docs/sft.md, "Quoted lines"). A line with ``label`` is preferred when
+    name spliced into another ("Header.2.0"). Measured in the twenty-first run: no change (docs/sft.md, "Quoted
+    lines"), so it is off by default. A line with ``label`` is preferred when
     several lines list the neighbour; None when no line lists it by that exact name (it is only in a description)."""
     found: list[tuple[bool, str]] = []
     for line in response.splitlines():
@@ -265,7 +266,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           specs: str = "json", relation_descriptions: bool = True,
                           neighbor_types: bool = False, filled_question: bool = False,
                           recover: bool = False, relation_phrases: bool = True,
-                          loop_at: int | None = None, quote_lines: bool = True) -> SFTConversation | None:
+                          loop_at: int | None = None, quote_lines: bool = False) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -568,7 +569,9 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     if "agent" in settings.sources:
         inputs |= stage1_rollouts_inputs(params)
     thinker = llm_thinker(params, thinker)
-    shaping = {**settings.model_dump(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
+    # (sft_data.quote_relation_line only when on: off, the conversations and their fingerprint are version 10's)
+    shaping = {**settings.model_dump(exclude=set() if settings.quote_relation_line else {"quote_relation_line"}),
+               "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "prompt_version": PROMPT_VERSION, "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
     if thinker is not None:  # (only then: the fingerprints of the other thinking modes stay as they were)
