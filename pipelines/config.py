@@ -49,9 +49,9 @@ class _Section(BaseModel):
     def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
         """The section as it shapes an artifact (fingerprints, cache keys): without the memory-only settings, so
         tuning them reuses what is built, nor those whose resolved value is an input (``RESOLVED_INPUT``)."""
-        memory = {name for name, field in type(self).model_fields.items()
-                  if {"memory_only", "resolved_input"} & set(field.json_schema_extra or {})}
-        return self.model_dump(mode="json", exclude=memory | set(exclude))
+        left_out = {name for name, field in type(self).model_fields.items()
+                    if {"memory_only", "resolved_input"} & set(field.json_schema_extra or {})}
+        return self.model_dump(mode="json", exclude=left_out | set(exclude))
 
 
 class DomainSelection(_Section):
@@ -388,6 +388,11 @@ class SFTDataParams(DomainSelection):
     mode: Literal["think", "no_think"] = Field("think", description="`think`, or `no_think` (empty thinking).")
     teacher_model: str = Field("", description="Teacher source: the model name at the `llm` endpoint.")
     seed: int = Field(0, description="Seed of the pair sampling and of each conversation's random choices.")
+
+    def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
+        """As ``_Section``'s, without ``quote_relation_line`` while it is off (newer than the conversations built
+        before it, whose fingerprints stay as they were)."""
+        return super().result_settings(set(exclude) | (set() if self.quote_relation_line else {"quote_relation_line"}))
 
     @field_validator("max_per_bucket")
     @classmethod

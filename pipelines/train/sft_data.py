@@ -199,8 +199,8 @@ def quoted_line(response: str, neighbour: str, label: str | None = None) -> str 
     The thinking then copies the name from text it has just written beside the line's number, not from a response
     two turns up: of the twentieth run's NIST answers, 15% were names no tool showed, most of them a neighbour's
     name spliced into another ("Header.2.0"). Measured in the twenty-first run: no change (docs/sft.md, "Quoted
-    lines"), so it is off by default. A line with ``label`` is preferred when
-    several lines list the neighbour; None when no line lists it by that exact name (it is only in a description)."""
+    lines"), so it is off by default. A line with ``label`` is preferred when several lines list the neighbour; None
+    when no line lists it by that exact name (it is only in a description)."""
     found: list[tuple[bool, str]] = []
     for line in response.splitlines():
         listed = _LISTED.match(line)
@@ -569,9 +569,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     if "agent" in settings.sources:
         inputs |= stage1_rollouts_inputs(params)
     thinker = llm_thinker(params, thinker)
-    # (sft_data.quote_relation_line only when on: off, the conversations and their fingerprint are version 10's)
-    shaping = {**settings.model_dump(exclude=set() if settings.quote_relation_line else {"quote_relation_line"}),
-               "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
+    shaping = {**settings.result_settings(), "tools": params.section("tools"), "template_version": TEMPLATE_VERSION,
                "prompt_version": PROMPT_VERSION, "sampling": "domains_in_turn",
                "teacher": getattr(teacher, "model", None)}
     if thinker is not None:  # (only then: the fingerprints of the other thinking modes stay as they were)
