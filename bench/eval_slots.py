@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     protocol = make_protocol(params, params.agent.protocol, None)
     rollout = RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=params.agent.temperature,
                             batch_size=params.agent.batch_size, seed=params.eval.seed,
-                            max_same_call=params.agent.max_same_call)
+                            max_same_call=params.agent.max_same_call,
+                            unshown_answer_note=params.agent.unshown_answer_note)
     engines = {"baseline": RolloutEngine(client, protocol, tools, rollout, name=params.agent.protocol),
                "ours": RollingSlots(client, protocol, tools, rollout, name=params.agent.protocol)}
 

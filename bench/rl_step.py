@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     protocol = make_protocol(params, params.agent.protocol, None)
     step_seed = rollout_seed(stage_seed, 0)
     rollout = RolloutParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=size,
-                            seed=step_seed, max_same_call=params.agent.max_same_call)
+                            seed=step_seed, max_same_call=params.agent.max_same_call,
+                            unshown_answer_note=params.agent.unshown_answer_note)
     engine = RolloutEngine(client, protocol, tools, rollout, name=protocol.name)
 
     t0 = time.perf_counter()  # warm-up (untimed): batch-1 and batch-N generate calls, stop-string tables, tools

@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, BenchParser, args_record, load_average, load_line, machine_info, verdict, write_results  # noqa: E402
 from graph_names import evaluation, omne, project_params, resolved_model, toy_params  # noqa: E402
@@ -52,8 +54,8 @@ HELD_OUT = ROOT / "kg_assets" / "nist_csf_lightrag" / "graph.graphml"
 
 def parse_args(argv: list[str] | None) -> Any:
     parser = BenchParser("unseen_graph", description=__doc__, seeded=False, params=False,
-                         toy={"model": "base", "limit": 3, "ablate_phrases": True, "train_with": True,
-                              "sft_steps": 2},
+                         toy={"model": "base", "limit": 3, "ablate_phrases": True, "answer_note": True,
+                              "train_with": True, "sft_steps": 2},
                          toy_note="a LightRAG rendering of a tiny triples graph, the tiny random llama, 3 + 3 "
                                   "questions, a 2-step SFT on the toy graph alone")
     parser.add_argument("--graph", type=Path, default=HELD_OUT, help="the unseen LightRAG GraphML file")
@@ -66,6 +68,9 @@ def parse_args(argv: list[str] | None) -> Any:
     parser.add_argument("--test-share", type=float, default=0.5, help="share of the unseen graph's pairs tested")
     parser.add_argument("--ablate-phrases", action="store_true",
                         help="also answer with tools.unlabelled_relations: keywords and pair the runs")
+    parser.add_argument("--answer-note", action="store_true",
+                        help="also answer with agent.unshown_answer_note: true (an answer no tool showed is sent "
+                             "back once) and pair the runs")
     parser.add_argument("--train-with", action="store_true",
                         help="also train an SFT model on make run's conversations plus the graph's train split and "
                              "pair it with --model on the same questions (~50 min on 2 cores)")
@@ -131,11 +136,25 @@ def unseen_project(project: Path, graph: Path, name: str, base: Path, test_share
         omne(project, *step)
 
 
+def variant_evaluation(project: Path, model: str, name: str, limit: int, section: str, key: str, value: Any) -> None:
+    """``evaluation`` with one setting of the project's params.yaml changed (``section.key: value``), then put back."""
+    params = project / "params.yaml"
+    text = params.read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    raw.setdefault(section, {})[key] = value
+    params.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    try:
+        evaluation(project, model, name, limit)
+    finally:
+        params.write_text(text, encoding="utf-8")
+
+
 def behaviour(project: Path, run: str) -> dict[str, Any]:
     metrics = json.loads((project / "artifacts" / "reports" / run / "metrics.json").read_text(encoding="utf-8"))
     b = metrics["behaviour"]
     keys = ("answered_episodes", "answer_from_tools_share", "answer_in_last_thought_share",
-            "missing_entity_calls_per_sample", "missing_entity_call_share", "repeated_call_finish_share", "finish")
+            "missing_entity_calls_per_sample", "missing_entity_call_share", "repeated_call_finish_share", "finish",
+            "unshown_answer_notes", "unshown_answer_fixed")
     by_hops = {h: {"n": s["n"], "em": round(s["em"], 4), "em_wilson95": [round(s["em_low"], 3), round(s["em_high"], 3)]}
                for h, s in metrics["by_hops"].items()}
     overall = metrics["overall"]
@@ -192,21 +211,21 @@ def main(argv: list[str] | None = None) -> int:
         phrased = evaluation(project, model, "phrases", args.limit)
         results.update({"graph": str(graph.relative_to(ROOT)) if graph.is_relative_to(ROOT) else graph.name,
                         "domain": name, "model": args.model, "unseen": behaviour(project, "phrases")})
+        reports = project / "artifacts" / "reports"
         if args.ablate_phrases:
-            params = project / "params.yaml"
-            text = params.read_text(encoding="utf-8")
-            params.write_text(re.sub(r"(?m)^  unlabelled_relations: phrase", "  unlabelled_relations: keywords",
-                                     text, count=1), encoding="utf-8")
-            evaluation(project, model, "keywords", args.limit)
+            variant_evaluation(project, model, "keywords", args.limit, "tools", "unlabelled_relations", "keywords")
             results["keywords"] = behaviour(project, "keywords")
-            reports = project / "artifacts" / "reports"
             comparison = compare_reports(reports / "phrases", reports / "keywords")
             results["paired_phrases_keywords"] = comparison.model_dump(mode="json")
+        if args.answer_note:
+            variant_evaluation(project, model, "answer_note", args.limit, "agent", "unshown_answer_note", True)
+            results["answer_note"] = behaviour(project, "answer_note")
+            comparison = compare_reports(reports / "phrases", reports / "answer_note")
+            results["paired_answer_note"] = comparison.model_dump(mode="json")
         if args.train_with:
             trained = trained_with_graph(project, None if args.toy else ROOT, args.sft_steps)
             evaluation(project, str(trained), "trained_with", args.limit)
             results["trained_with"] = behaviour(project, "trained_with")
-            reports = project / "artifacts" / "reports"
             results["paired_trained_with"] = compare_reports(reports / "phrases", reports / "trained_with").model_dump(
                 mode="json")
         del phrased
@@ -225,6 +244,14 @@ def main(argv: list[str] | None = None) -> int:
         lines += [*figures_line("keyword labels", results["keywords"]),
                   f"  paired on {pair['n']}: only phrases {pair['only_a']}, only keywords {pair['only_b']}, exact "
                   f"McNemar p = {pair['p_value']:.3g}"]
+    if "answer_note" in results:
+        pair = results["paired_answer_note"]["overall"]
+        noted = results["answer_note"]["behaviour"]
+        lines += [*figures_line("unshown answer note", results["answer_note"]),
+                  f"  {'':<18} unshown answers sent back {noted['unshown_answer_notes']}, "
+                  f"then shown {noted['unshown_answer_fixed']}",
+                  f"  paired on {pair['n']}: only without the note {pair['only_a']}, only with it {pair['only_b']}, "
+                  f"exact McNemar p = {pair['p_value']:.3g}"]
     if "trained_with" in results:
         pair = results["paired_trained_with"]["overall"]
         lines += [*figures_line("trained with it", results["trained_with"]),

@@ -36,6 +36,9 @@ MEMORY_ONLY = {"memory_only": True}  # a field's json_schema_extra: it never cha
 # a field's json_schema_extra: what it resolves to is already an input of the build (a start model's identity), so
 # the setting itself stays out of fingerprints (adding it rebuilt nothing)
 RESOLVED_INPUT = {"resolved_input": True}
+# a field's json_schema_extra: a setting added after artifacts were built without it; while at its default (the
+# behaviour before it existed) it stays out of fingerprints, so that those artifacts keep theirs (nothing rebuilds)
+NEWER_SETTING = {"newer_setting": True}
 # the onnx backend's weights: fp32 (the transformers answers, to the float); int8 (8-bit weights in blocks of 32, the
 # matrix products in int8: answers differ where the fp32 ones are near-ties, docs/llm.md); int4 (4-bit weights:
 # faster still, but a 135M model's answers do not survive it)
@@ -48,9 +51,14 @@ class _Section(BaseModel):
 
     def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
         """The section as it shapes an artifact (fingerprints, cache keys): without the memory-only settings, so
-        tuning them reuses what is built, nor those whose resolved value is an input (``RESOLVED_INPUT``)."""
-        left_out = {name for name, field in type(self).model_fields.items()
-                    if {"memory_only", "resolved_input"} & set(field.json_schema_extra or {})}
+        tuning them reuses what is built, nor those whose resolved value is an input (``RESOLVED_INPUT``), nor a
+        ``NEWER_SETTING`` while it is at its default."""
+        left_out = set()
+        for name, field in type(self).model_fields.items():
+            marks = set(field.json_schema_extra or {})
+            if {"memory_only", "resolved_input"} & marks or ("newer_setting" in marks
+                                                             and getattr(self, name) == field.default):
+                left_out.add(name)
         return self.model_dump(mode="json", exclude=left_out | set(exclude))
 
 
@@ -313,6 +321,10 @@ class AgentParams(_Section):
     max_same_call: int | None = Field(2, ge=1, description=(
         "The same call made more than this many times in a row ends the episode (finish `repeated_call`: the "
         "tools would answer the same; 25 of 80 SFT-model episodes looped so); `null`: never."))
+    unshown_answer_note: bool = Field(False, json_schema_extra=NEWER_SETTING, description=(
+        "An answer that no successful tool response shows, exactly as written, is sent back once with a note "
+        "(`<error>X is not a name any response above shows ...`) and the episode goes on; the next answer stands. "
+        "Evaluation, RL rollouts and SFT collection alike (docs/evaluation.md, \"Unshown answers\")."))
 
 
 class EvalParams(DomainSelection):
@@ -373,7 +385,11 @@ class SFTDataParams(DomainSelection):
     loop_recovery_fraction: float = Field(0.2, ge=0.0, le=1.0, description=(
         "Share of template conversations that repeat a node_info call once after a looping thought (that turn not "
         "trained on), get the repeat note and walk on (docs/sft.md, \"Repeated calls\")."))
-    quote_relation_line: bool = Field(False, description=(
+    answer_recovery_fraction: float = Field(0.0, ge=0.0, le=1.0, json_schema_extra=NEWER_SETTING, description=(
+        "Share of template conversations that first answer a retyped name (that turn not trained on), get "
+        "agent.unshown_answer_note's note and answer the name as the response writes it (docs/sft.md, \"Unshown "
+        "answers\")."))
+    quote_relation_line: bool = Field(False, json_schema_extra=NEWER_SETTING, description=(
         "Each thinking after a node_info response first quotes the line that lists the next entity (\"Line 1: "
         "<-[outlines]- Target Profile\"); off: no gain measured on NIST or in domain (docs/sft.md, \"Quoted lines\")."))
     renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0, description=(
@@ -388,11 +404,6 @@ class SFTDataParams(DomainSelection):
     mode: Literal["think", "no_think"] = Field("think", description="`think`, or `no_think` (empty thinking).")
     teacher_model: str = Field("", description="Teacher source: the model name at the `llm` endpoint.")
     seed: int = Field(0, description="Seed of the pair sampling and of each conversation's random choices.")
-
-    def result_settings(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
-        """As ``_Section``'s, without ``quote_relation_line`` while it is off (newer than the conversations built
-        before it, whose fingerprints stay as they were)."""
-        return super().result_settings(set(exclude) | (set() if self.quote_relation_line else {"quote_relation_line"}))
 
     @field_validator("max_per_bucket")
     @classmethod

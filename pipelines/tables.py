@@ -113,7 +113,9 @@ def print_eval_table(runs: list) -> None:
                   f"answered ({b.answer_in_last_thought_share:.0%} as the last thought wrote them) · calls naming a "
                   f"missing entity {b.missing_entity_calls_per_sample:.2f}/q "
                   f"({b.missing_entity_call_share:.0%} of calls) · ended by a repeated call "
-                  f"{b.repeated_call_finish_share:.0%}", highlight=False)
+                  f"{b.repeated_call_finish_share:.0%}"
+                  + (f" · unshown answers sent back {b.unshown_answer_notes}, then shown {b.unshown_answer_fixed}"
+                     if b.unshown_answer_notes else ""), highlight=False)
     for metrics in runs:  # where each run's generating time went (a local backend only)
         if metrics.efficiency.generation is not None:
             out.print(f"{metrics.run}: {metrics.efficiency.generation.line()}", highlight=False)

@@ -296,9 +296,12 @@ def check_unseen_graph(results: dict[str, Any]) -> list[str]:
     assert 0 <= unseen["em_wilson95"][0] <= unseen["em"] <= unseen["em_wilson95"][1] <= 1
     assert set(unseen["behaviour"]) >= {"answer_from_tools_share", "missing_entity_call_share",
                                         "repeated_call_finish_share"}
+    noted = results["answer_note"]  # --answer-note: the same questions with agent.unshown_answer_note on
+    assert noted["n"] == unseen["n"] == results["paired_answer_note"]["overall"]["n"]
+    assert 0 <= noted["behaviour"]["unshown_answer_fixed"] <= noted["behaviour"]["unshown_answer_notes"] <= noted["n"]
     trained = results["trained_with"]  # --train-with: an SFT on the toy graph's train split, the same questions
     assert trained["n"] == unseen["n"] == results["paired_trained_with"]["overall"]["n"]
-    return ["unseen.n", "keywords.n", "trained_with.n"]
+    return ["unseen.n", "keywords.n", "answer_note.n", "trained_with.n"]
 
 
 def check_transfer(results: dict[str, Any]) -> list[str]:

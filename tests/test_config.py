@@ -392,6 +392,24 @@ def test_unset_domain_selections_stay_out_of_the_fingerprints_and_set_ones_go_in
         with_overrides(params, {"eval": {"domains": ["pharmacy"]}}).selected_domains("eval")
 
 
+def test_a_newer_setting_stays_out_of_the_fingerprints_at_its_default_and_goes_in_when_set() -> None:
+    from pipelines.config import NEWER_SETTING, AgentParams, SFTDataParams, with_overrides
+
+    params = load_params(REAL_PARAMS)
+    switches = {(section, name) for section in (AgentParams, SFTDataParams)
+                for name, field in section.model_fields.items() if field.json_schema_extra == NEWER_SETTING}
+    assert switches == {(AgentParams, "unshown_answer_note"), (SFTDataParams, "quote_relation_line"),
+                        (SFTDataParams, "answer_recovery_fraction")}
+    assert "unshown_answer_note" not in params.agent.result_settings() and not params.agent.unshown_answer_note
+    assert "unshown_answer_note" in params.section("agent")  # dumps (omne params) still state it
+    on = with_overrides(params, {"agent": {"unshown_answer_note": True},
+                                 "sft_data": {"quote_relation_line": True, "answer_recovery_fraction": 0.1}})
+    assert on.agent.result_settings() == {**params.agent.result_settings(), "unshown_answer_note": True}
+    assert on.sft_data.result_settings() == {**params.sft_data.result_settings(), "quote_relation_line": True,
+                                             "answer_recovery_fraction": 0.1}
+    assert not {"quote_relation_line", "answer_recovery_fraction"} & set(params.sft_data.result_settings())
+
+
 def test_the_backends_follow_the_machine_each_profile_is_for() -> None:
     """The quick profile (a CPU) generates evaluation and both RL stages' rollouts with int8 ONNX Runtime; the paper
     profile (a GPU) generates everything with the model itself, never on the CPU's ONNX."""

@@ -742,3 +742,12 @@ def test_behaviour_counts_tool_answers_missing_entities_and_repeated_call_ending
     assert got.finish == {"answer": 3, "max_rounds": 1, "repeated_call": 1}
     none = behaviour([episode(None, [], finish="max_rounds")])
     assert (none.answered_episodes, none.answer_from_tools_share, none.missing_entity_call_share) == (0, 0.0, 0.0)
+
+
+def test_behaviour_counts_the_unshown_answers_sent_back_and_those_then_copied() -> None:
+    copied = episode("RADIUM-213", [record(MATCHER)]).model_copy(update={"unshown_answers": ["RADIUM-2l3"]})
+    stood = episode("RADIUM-2l3", [record(MATCHER)]).model_copy(update={"unshown_answers": ["RADIUM-2l3"]})
+    got = behaviour([copied, stood, episode("RADIUM-213", [record(MATCHER)])])
+    assert (got.unshown_answer_notes, got.unshown_answer_fixed) == (2, 1)
+    assert got.answer_from_tools_share == pytest.approx(2 / 3)
+

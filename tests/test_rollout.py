@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.agent.client import InProcessToolClient
 from pipelines.agent.protocols import DirectProtocol, KGR1Protocol, OmneProtocol, SearchProtocol
-from pipelines.agent.rollout import REPEAT_NOTE, RolloutEngine, RolloutParams, Task
+from pipelines.agent.rollout import REPEAT_NOTE, UNSHOWN_ANSWER_NOTE, RolloutEngine, RolloutParams, Task
 from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, SEARCH_TOOLS, TOOL_SPECS
 from pipelines.llm.base import ChatRequest
 from pipelines.llm.scripted import ScriptedChatClient
@@ -176,6 +176,36 @@ def test_a_call_repeated_past_max_same_call_ends_the_episode_and_a_new_call_rese
     unlimited = RolloutEngine(ScriptedChatClient(lambda r: mars), omne(max_rounds=5), tools,
                               RolloutParams()).run([task], progress=False)[0]
     assert unlimited.finish == "max_rounds" and len(unlimited.tool_calls) == 5
+
+
+def test_an_answer_no_response_showed_is_sent_back_once_with_the_note(toolbox) -> None:  # noqa: ANN001
+    tools = InProcessToolClient(toolbox)
+    task = Task(qa_id="q", domain="solar", question="Which moon orbits Mars?", gold_answers=["Phobos"])
+    mars = '<think>Mars.</think><tool_call>node_info(node_name="Mars", graph_type="solar")</tool_call>'
+    spliced, copied = "<think>Mars.</think><answer>Marsobos</answer>", "<think>Phobos.</think><answer>Phobos</answer>"
+    noted = RolloutParams(unshown_answer_note=True)
+    fixed = RolloutEngine(ScriptedChatClient([mars, spliced, copied]), omne(), tools, noted).run(
+        [task], progress=False)[0]
+    assert fixed.answer == "Phobos" and fixed.finish == "answer" and fixed.rounds == 3
+    assert fixed.unshown_answers == ["Marsobos"] and len(fixed.tool_calls) == 1  # the note is no tool call
+    note = UNSHOWN_ANSWER_NOTE.format(answer="Marsobos")
+    assert fixed.messages[-3]["content"].endswith("<answer>Marsobos</answer>")
+    assert fixed.messages[-2] == {"role": "user", "content": f"<tool_response>\n{note}\n</tool_response>"}
+    # once per episode: a second unshown answer stands, as written
+    stands = RolloutEngine(ScriptedChatClient([mars, spliced, spliced]), omne(), tools, noted).run(
+        [task], progress=False)[0]
+    assert stands.answer == "Marsobos" and stands.finish == "answer" and stands.unshown_answers == ["Marsobos"]
+    # a name the response showed, and any answer without the switch, end the episode at once
+    for script, params in (([mars, copied], noted), ([mars, spliced], RolloutParams())):
+        direct = RolloutEngine(ScriptedChatClient(script), omne(), tools, params).run([task], progress=False)[0]
+        assert direct.rounds == 2 and direct.unshown_answers == [] and direct.finish == "answer"
+    # an answer given before any call is sent back too: no response showed it
+    guessed = RolloutEngine(ScriptedChatClient([copied, mars, copied]), omne(), tools, noted).run(
+        [task], progress=False)[0]
+    assert guessed.unshown_answers == ["Phobos"] and guessed.answer == "Phobos" and len(guessed.tool_calls) == 1
+    # a protocol without tools never gets the note
+    plain = RolloutEngine(ScriptedChatClient([copied]), DirectProtocol(), None, noted).run([task], progress=False)[0]
+    assert plain.answer == "Phobos" and plain.rounds == 1
 
 
 def test_search_protocol_injects_triples_into_the_same_reasoning(toolbox) -> None:  # noqa: ANN001

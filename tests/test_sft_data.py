@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipelines.agent.client import InProcessToolClient
-from pipelines.agent.rollout import REPEAT_NOTE, RolloutEngine, RolloutParams, Task
+from pipelines.agent.rollout import REPEAT_NOTE, UNSHOWN_ANSWER_NOTE, RolloutEngine, RolloutParams, Task
 from pipelines.config import Params
 from pipelines.eval.runner import load_split
 from pipelines.llm.scripted import ScriptedChatClient
@@ -236,6 +236,39 @@ def test_loop_recovery_conversations_repeat_a_call_untrained_and_walk_on_after_t
         turns[i + 2]["value"] = re.sub(r"^<think>The response above is all node_info shows for .*?\. ", "<think>",
                                        turns[i + 2]["value"])
         assert turns[:i] + turns[i + 2:] == plain[record.id[:-2]]
+
+
+def test_answer_recovery_conversations_answer_a_retyped_name_untrained_then_the_name_as_shown(solar_qa: Params) -> None:
+    import re
+
+    none = {"recovery_fraction": 0.0, "misspelled_start_fraction": 0.0, "loop_recovery_fraction": 0.0}
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={**none, "answer_recovery_fraction": 1.0})})
+    result = build_sft_conversations(params, progress=False)
+    records = read_sft_conversations(params)
+    retyped = [r for r in records if r.id.endswith("-a")]
+    assert retyped and len(retyped) == result.manifest.rows["answer_recovery"]
+    assert len(retyped) >= len(records) // 2  # the rest: answers no line lists by name, or that cannot be retyped
+    for record in retyped:
+        turns = record.conversations
+        untrained = [i for i, t in enumerate(turns) if t.get("train") == "false"]
+        assert untrained == [len(turns) - 3] and format_problems(record) == []
+        i = untrained[0]
+        wrong = re.search(r"<answer> (.*)</answer>", turns[i]["value"])[1]
+        assert wrong != record.golden_answer and not re.search(re.escape(wrong) + r"(?![\w-])", turns[i - 1]["value"])
+        assert turns[i + 1]["value"] == f"<tool_response>\n{UNSHOWN_ANSWER_NOTE.format(answer=wrong)}\n</tool_response>"
+        recovery = turns[i + 2]["value"]
+        assert recovery.startswith(f"<think>{wrong} is not how the response writes it. Line ")
+        assert recovery.endswith(f"<answer> {record.golden_answer}</answer>")
+        line = re.search(r"(Line \d+: .*?)\. That answers", recovery)[1]
+        assert line.split(": ", 1)[1].split(" [")[0].endswith(record.golden_answer)  # the line lists the answer ...
+        assert f"{line.split(': ', 1)[1]}" in turns[i - 1]["value"]  # ... as the last response writes it
+    # without the retyped turn and its note, the turns before are the plain conversation's
+    build_sft_conversations(solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update=none)}),
+                            progress=False)
+    plain = {r.id: r.conversations for r in read_sft_conversations(solar_qa)}
+    for record in retyped:
+        assert record.conversations[:-3] == plain[record.id[:-2]][:-1]
 
 
 def test_path_thoughts_walk_the_path_relation_by_relation() -> None:

@@ -21,7 +21,7 @@ from pipelines.agent.calls import ErrorType
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import Protocol, SearchProtocol
 from pipelines.agent.requests import CallRequest
-from pipelines.agent.trajectory import ToolCallRecord, Trajectory
+from pipelines.agent.trajectory import ToolCallRecord, Trajectory, shown_by_tools
 from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError
 
 
@@ -49,12 +49,20 @@ class RolloutParams(BaseModel):
     # remaining rounds on it (agent.max_same_call); before that, a call repeating the one just made is not run and
     # gets REPEAT_NOTE instead of the same response (``_repeat_note``); None: never
     max_same_call: int | None = None
+    # an answer that no successful tool response shows, exactly as written, is sent back once with
+    # UNSHOWN_ANSWER_NOTE and the episode goes on; the next answer stands as written (agent.unshown_answer_note)
+    unshown_answer_note: bool = False
 
 
 # what a call repeating the one just made gets instead of the same response: greedy decoding over the same context
 # writes the same call again, and on NIST CSF 2.0 38% of the episodes ended so (docs/sft.md, "Repeated calls")
 REPEAT_NOTE = ("<error>The same call as the last one: its response above is all it gives. Call node_info on a name "
                "that response lists, entity_matcher on another name, or answer.</error>")
+
+# what an answer no tool response showed gets instead of ending the episode: on NIST CSF 2.0 15% of the answers were
+# names spliced from two listed ones ("Header.2.0"), which exact match can never count (docs/evaluation.md)
+UNSHOWN_ANSWER_NOTE = ("<error>{answer} is not a name any response above shows. Answer with a name copied exactly "
+                       "as a response writes it, or call a tool.</error>")
 
 
 @dataclass
@@ -161,6 +169,8 @@ class RolloutEngine:
                 call = self.protocol.search_call(action.call, episode.task.question)
             return action.call, call
         if action.kind == "answer":
+            if self._unshown_answer_note(episode, action.answer, action.text):
+                return None
             traj.answer = action.answer
             traj.finish = "answer"
         else:
@@ -191,6 +201,21 @@ class RolloutEngine:
                                               arguments=dict(last.arguments), ok=False,
                                               error_type=ErrorType.REPEATED_CALL.value, response=REPEAT_NOTE))
         self._respond(episode, REPEAT_NOTE)
+        return True
+
+    def _unshown_answer_note(self, episode: _Episode, answer: str, text: str) -> bool:
+        """Send an answer that no successful tool response shows back with UNSHOWN_ANSWER_NOTE (True), once per
+        episode and only with ``unshown_answer_note``: the model may copy the name it meant or call again."""
+        traj = episode.trajectory
+        if (not self.params.unshown_answer_note or not self.protocol.uses_tools or traj.unshown_answers
+                or not answer.strip() or shown_by_tools(answer, traj.tool_calls)):
+            return False
+        traj.unshown_answers.append(answer)
+        if self.protocol.inline_responses:
+            episode.partial += text
+        else:
+            episode.messages.append({"role": "assistant", "content": self.protocol.assistant_prefix() + text})
+        self._respond(episode, UNSHOWN_ANSWER_NOTE.format(answer=answer.strip()))
         return True
 
     def _respond(self, episode: _Episode, content: str) -> None:

@@ -6,6 +6,7 @@ entries that say what was called and whether it worked.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,3 +51,22 @@ class Trajectory(BaseModel):
     correct: bool | None = None  # EM, filled in by evaluation
     judge: dict | None = None  # the optional LLM judge's {"verdict": bool, "reasoning": str}
     sample: int = 0  # index of the rollout for N-run union / repeats
+    # answers the rollout engine sent back once because no tool response showed them (agent.unshown_answer_note)
+    unshown_answers: list[str] = Field(default_factory=list)
+
+
+def exact_name(name: str) -> re.Pattern[str]:
+    """``name`` as written, case included, not inside a longer name (``mentions`` ignores case: a respelling in
+    another case must count here)."""
+    return re.compile(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])")
+
+
+def shown_by_tools(answer: str | None, calls: list[ToolCallRecord]) -> bool:
+    """``answer``, exactly as written (case included: EM is exact), is a whole name in one of ``calls``' successful
+    responses: copied from what the tools showed, not retyped or made up."""
+    answer = (answer or "").strip()
+    if not answer:
+        return False
+    pattern = exact_name(answer)
+    return any(c.ok and pattern.search(c.response or "") for c in calls)
+

@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 import numpy as np
 
-from pipelines.agent.trajectory import Trajectory
+from pipelines.agent.trajectory import Trajectory, exact_name, shown_by_tools
 from pipelines.eval.answers import _SPACES, exact_match
 from pipelines.eval.schema import Behaviour
 from pipelines.eval.triples import Triple, _triple_alternatives, exploration_scores, gold_triples
@@ -63,19 +63,8 @@ def graph_name_misses(t: Trajectory) -> tuple[int, int]:
 
 
 def answer_from_tools(t: Trajectory) -> bool:
-    """The episode's answer, exactly as written (case included: EM is exact), is a whole name in one of its
-    successful tool responses: copied from what the tools showed, not retyped or made up."""
-    answer = (t.answer or "").strip()
-    if not answer:
-        return False
-    pattern = _exact_name(answer)
-    return any(c.ok and pattern.search(c.response or "") for c in t.tool_calls)
-
-
-def _exact_name(name: str) -> re.Pattern[str]:
-    """``name`` as written, case included, not inside a longer name (``mentions`` ignores case: a respelling in
-    another case must count here)."""
-    return re.compile(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])")
+    """The episode's answer, exactly as written, is a whole name in one of its successful tool responses."""
+    return shown_by_tools(t.answer, t.tool_calls)
 
 
 def answer_in_last_thought(t: Trajectory) -> bool:
@@ -87,7 +76,7 @@ def answer_in_last_thought(t: Trajectory) -> bool:
     thought = re.findall(r"<think>(.*?)</think>", last, flags=re.S)
     if not answer or not thought:
         return False
-    return _exact_name(answer).search(thought[-1]) is not None
+    return exact_name(answer).search(thought[-1]) is not None
 
 
 OUTCOMES = ("correct", "stopped_on_path", "misspelled_answer", "start_not_reached", "no_answer", "wrong_answer")
@@ -144,7 +133,7 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
     histogram: Counter[int] = Counter()
     finish: Counter[str] = Counter()
     repeated = invalid = retrieved = unknown_graph = other_graph = 0
-    answered = from_tools = in_thought = missing_entity = 0
+    answered = from_tools = in_thought = missing_entity = noted = fixed = 0
     coverage: list[float] = []
     efficiency_values: list[float] = []
     outcomes: Counter[str] = Counter()
@@ -166,6 +155,9 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
             from_tools += answer_from_tools(t)
             in_thought += answer_in_last_thought(t)
         missing_entity += sum(1 for c in t.tool_calls if c.error_type == "entity_not_found")
+        if t.unshown_answers:
+            noted += 1
+            fixed += answer_from_tools(t)
         gold_path = gold_paths.get(t.qa_id) if gold_paths else None
         if (outcome := episode_outcome(t, gold_path)) is not None:
             outcomes[outcome] += 1
@@ -197,6 +189,8 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         missing_entity_calls_per_sample=missing_entity / n,
         missing_entity_call_share=missing_entity / max(1, sum(len(t.tool_calls) for t in trajs)),
         repeated_call_finish_share=finish["repeated_call"] / n,
+        unshown_answer_notes=noted,
+        unshown_answer_fixed=fixed,
         gold_triple_coverage=float(np.mean(coverage)) if coverage else 0.0,
         exploration_efficiency=float(np.mean(efficiency_values)) if efficiency_values else 0.0,
         exploration_episodes=len(coverage),

@@ -72,7 +72,8 @@ EFFICIENCY_LABELS = {
 BEHAVIOUR_SCALARS = ("format_errors_per_sample", "repeated_tool_calls_per_sample", "invalid_tool_calls_per_sample",
                      "unknown_graph_calls_per_sample", "other_graph_calls_per_sample", "retrieval_rate",
                      "gold_triple_coverage", "exploration_efficiency", "answer_from_tools_share",
-                     "answer_in_last_thought_share", "missing_entity_calls_per_sample", "repeated_call_finish_share")
+                     "answer_in_last_thought_share", "missing_entity_calls_per_sample", "repeated_call_finish_share",
+                     "unshown_answer_notes", "unshown_answer_fixed")
 
 # Tags the viewer splits a model turn into: think and answer, and every protocol's own call and response tags.
 THINK_TAG = "think"

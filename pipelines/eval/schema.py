@@ -98,6 +98,10 @@ class Behaviour(BaseModel):
     missing_entity_calls_per_sample: float = 0.0  # calls that named an entity not in the graph (entity_not_found)
     missing_entity_call_share: float = 0.0  # those calls / all calls
     repeated_call_finish_share: float = 0.0  # episodes ended for repeating the same call (finish repeated_call)
+    # episodes whose first answer no tool had shown, sent back once (agent.unshown_answer_note), and of those the
+    # ones whose final answer the tools showed
+    unshown_answer_notes: int = 0
+    unshown_answer_fixed: int = 0
     gold_triple_coverage: float = 0.0  # EoG: share of validated gold-path triples named in the think text
     exploration_efficiency: float = 0.0  # EoG: gold triples named in think / all KG triples named in think
     exploration_episodes: int = 0  # episodes with validated gold triples (0: exploration metrics not computed)

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.agent.calls import ToolCall, ToolSpec, parse_call
 from pipelines.agent.protocols import PROTOCOLS, KGR1Protocol, OmneProtocol, SearchProtocol, _blocks
 from pipelines.agent.tools import KG_R1_TOOLS, OMNE_TOOLS, TOOL_SPECS
-from pipelines.agent.trajectory import Trajectory
+from pipelines.agent.trajectory import Trajectory, exact_name
 from pipelines.errors import ConfigError
 from pipelines.eval.answers import answer_set, exact_match, normalise_answer, normalised_em, set_f1
 from pipelines.eval.behaviour import _call_key
@@ -404,11 +404,6 @@ def omne_stage3_reward(completions: Sequence[Completion], *, options: RewardOpti
     return out
 
 
-def _copied(answer: str, response: str) -> bool:
-    """``answer`` stands in ``response`` as a whole name, exactly as written (case included: EM is exact)."""
-    return re.search(r"(?<![\w-])" + re.escape(answer) + r"(?![\w-])", response) is not None
-
-
 def grounding_reward(completions: Sequence[Completion], *, options: RewardOptions | None = None,
                      **kwargs: Any) -> list[float]:
     """What transfers to the graphs users bring (LightRAG's upper-case names; docs/rl.md, "Grounding"), as
@@ -422,7 +417,7 @@ def grounding_reward(completions: Sequence[Completion], *, options: RewardOption
     for completion in completions:
         episode = parse_episode(completion, OmneProtocol.response_tag)
         answer = (prediction(episode) or "").strip()
-        copied = bool(answer) and any(_copied(answer, step.response or "") for step in episode.steps
+        copied = bool(answer) and any(exact_name(answer).search(step.response or "") for step in episode.steps
                                       if _response_ok(step.response))
         missing = retried = 0
         failed: set[str] = set()

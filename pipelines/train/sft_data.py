@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from pipelines.agent.client import ToolClient
 from pipelines.agent.protocols import PROMPT_VERSION, OmneProtocol, tool_schemas
-from pipelines.agent.rollout import REPEAT_NOTE
+from pipelines.agent.rollout import REPEAT_NOTE, UNSHOWN_ANSWER_NOTE
 from pipelines.agent.tools import OMNE_TOOLS, TOOL_SPECS, KGToolbox
 from pipelines.agent.trajectory import Trajectory
 from pipelines.domains import load_registry
@@ -266,7 +266,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           specs: str = "json", relation_descriptions: bool = True,
                           neighbor_types: bool = False, filled_question: bool = False,
                           recover: bool = False, relation_phrases: bool = True,
-                          loop_at: int | None = None, quote_lines: bool = False) -> SFTConversation | None:
+                          loop_at: int | None = None, quote_lines: bool = False,
+                          retype_answer: random.Random | None = None) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -289,7 +290,11 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     with a reading its thinking is ``looping_thought``'s), answered with the rollout engine's ``REPEAT_NOTE``; the
     next turn reads the response above and walks on (``sft_data.loop_recovery_fraction``). ``quote_lines``: each
     thinking after a node_info response first quotes the line that lists the next entity (``quoted_line``; None
-    when no line lists it by its exact name; ``sft_data.quote_relation_line``).
+    when no line lists it by its exact name; ``sft_data.quote_relation_line``). ``retype_answer``: the first answer
+    is the answer as ``misspelled_name`` retypes it with this generator, an untrained turn, answered with the rollout
+    engine's ``UNSHOWN_ANSWER_NOTE``; the next turn quotes the line of the last response that lists the answer and
+    answers it as written there (``sft_data.answer_recovery_fraction``; None when the name cannot be retyped or no
+    line lists it).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -362,8 +367,20 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           "train": "false"})
             turns.append({"from": "observation", "value": protocol.response_message(REPEAT_NOTE)})
             thoughts[i + 2] = f"The response above is all node_info shows for {node}. {thoughts[i + 2]}"
+    if retype_answer is not None:  # a retyped answer (not trained on), the note, then the name as the response has it
+        retyped = misspelled_name(pair.answer, retype_answer)
+        line = quoted_line(response, pair.answer, edges[-1].keywords) if retyped and hops else None
+        if line is None or retyped is None:
+            return None
+        turns.append({"from": "gpt", "value": _gpt(thoughts[-1].replace(pair.answer, retyped),
+                                                   answer_block(retyped), mode), "train": "false"})
+        turns.append({"from": "observation",
+                      "value": protocol.response_message(UNSHOWN_ANSWER_NOTE.format(answer=retyped))})
+        thoughts[-1] = (f"{retyped} is not how the response writes it. {line}. That answers the question: "
+                        f"{pair.answer}.")
     turns.append({"from": "gpt", "value": _gpt(thoughts[-1], answer_block(pair.answer), mode)})
-    suffix = ("-r" if recover else "-m") if start_as else "-l" if loop_at is not None else ""
+    suffix = (("-r" if recover else "-m") if start_as else "-l" if loop_at is not None
+              else "-a" if retype_answer is not None else "")
     return SFTConversation(id=f"{pair.id}-t{path_index}{suffix}", graph_type=shown,
                            question=question, golden_answer=pair.answer, system=protocol.system_prompt(),
                            tools=tool_schemas(protocol.tools), conversations=turns, source="template",
@@ -623,6 +640,10 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                     record = template_conversation(pair, gold, tools, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown,
                                                    loop_at=rng.randrange(pair.hops))
+                elif draw < (settings.recovery_fraction + settings.misspelled_start_fraction
+                             + settings.loop_recovery_fraction + settings.answer_recovery_fraction):
+                    record = template_conversation(pair, gold, tools, **writing, path_index=index,
+                                                   graph=graphs.get(pair.domain), graph_name=shown, retype_answer=rng)
                 if record is None:
                     record = template_conversation(pair, gold, tools, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown)
@@ -649,7 +670,8 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             engine = RolloutEngine(teacher, omne_protocol(settings.mode, params.tools.prompt_specs), tools,
                                    RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=0.0,
                                                  batch_size=params.agent.batch_size,
-                                                 max_same_call=params.agent.max_same_call))
+                                                 max_same_call=params.agent.max_same_call,
+                                                 unshown_answer_note=params.agent.unshown_answer_note))
             trajectories = engine.run([Task(qa_id=p.id, domain=p.domain, question=p.question, gold_answers=p.answers,
                                             bucket=p.bucket, hops=p.hops) for p in pairs], progress=progress)
             kept = [c for t in trajectories if (c := trajectory_conversation(t, source="teacher")) is not None]
@@ -664,6 +686,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                            "misspelled_start": sum(r.id.endswith("-m") for r in records),
                            "not_found_recovery": sum(r.id.endswith("-r") for r in records),
                            "loop_recovery": sum(r.id.endswith("-l") for r in records),
+                           "answer_recovery": sum(r.id.endswith("-a") for r in records),
                            "renamed_graph": sum(r.domain is not None for r in records)},
                      metadata={"stats": conversation_stats(records), "format_problems": len(bad),
                                "format_examples": dict(list(bad.items())[:5]), "agent": agent_stats,

@@ -53,6 +53,7 @@ class ToolRollouts:
     onnx_precision: str = "fp32"  # agent.onnx_precision
     sync_every: int = 1  # onnx: rollout calls between weight syncs (rl.<stage>.sync_every)
     max_same_call: int | None = None  # agent.max_same_call: a looping episode ends there
+    unshown_answer_note: bool = False  # agent.unshown_answer_note: an unshown answer is sent back once
     syncs: list[float] = field(default_factory=list)  # onnx: seconds of each weight sync (merge, convert, load)
     _fast: Any = None  # onnx: the client of the last synced copy, its folder and the call it was synced at
     _fast_dir: Path | None = None
@@ -89,7 +90,7 @@ class ToolRollouts:
                                                        prefix_cache_mb=self.prefix_cache_mb)
         engine = RolloutEngine(client, self.protocol, self.tools, RolloutParams(
             max_new_tokens=self.stage.max_new_tokens, temperature=temperature, batch_size=size, seed=seed,
-            max_same_call=self.max_same_call),
+            max_same_call=self.max_same_call, unshown_answer_note=self.unshown_answer_note),
             name=self.protocol.name)
         was_training = model.training
         model.eval()
