@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -126,6 +127,22 @@ def test_remaining_question_thinking_reads_the_question_one_clause_per_hop(solar
         # the same walk (calls and tool responses) as the plain conversation: only the thinking differs
         assert actions(record) == actions(plain[record.id])
         assert all("So the question becomes" not in t for t in gpt_thoughts(plain[record.id]))
+
+
+def test_without_type_checks_the_thinking_names_no_type_and_the_walk_is_the_same(solar_qa: Params) -> None:
+    assert solar_qa.tools.neighbor_types and solar_qa.sft_data.type_check
+    build_sft_conversations(solar_qa, progress=False)
+    checked = {r.id: r for r in read_sft_conversations(solar_qa)}
+    unchecked = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update={"type_check": False})})
+    build_sft_conversations(unchecked, progress=False)
+    records = read_sft_conversations(unchecked)
+    assert {r.id for r in records} == set(checked)
+    assert any("The question asks for" in t for r in checked.values() for t in gpt_thoughts(r))
+    for record in records:
+        assert not any("The question asks for" in t or " and asks for " in t for t in gpt_thoughts(record))
+        assert actions(record) == actions(checked[record.id])  # the same calls and responses, types shown
+    assert any(re.search(r"\[[a-z]+\]", t["value"]) for r in records for t in r.conversations
+               if t["from"] == "observation")
 
 
 def test_filled_question_thinking_copies_the_question_with_each_entity_reached_named(solar_qa: Params) -> None:

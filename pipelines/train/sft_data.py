@@ -612,7 +612,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
     skipped = 0
     writing = {"mode": settings.mode, "specs": params.tools.prompt_specs,
                "relation_descriptions": params.tools.relation_descriptions,
-               "neighbor_types": params.tools.neighbor_types,
+               "neighbor_types": params.tools.neighbor_types and settings.type_check,
                "relation_phrases": params.tools.unlabelled_relations == "phrase",
                "filled_question": settings.thinking == "filled_question",
                "quote_lines": settings.quote_relation_line}
