@@ -151,22 +151,23 @@ def comparison_prompts(path: Path, tokenizer: Any, count: int) -> list[list[int]
 
 
 def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): forward ms and baseline/variant ratios per
+    shape, then the greedy continuations equal to fp32's, then the verdicts."""
     a, forwards = results["args"], results["forwards"]
     names = list(results["variants"])
-    lines = [f"ONNX Runtime 8-bit variants of {results['model']} ({results['threads']} threads), forward ms (best of "
-             f"{a['repeat']}) and the ratio baseline/variant",
-             "", f"{'rows x context + new':<22}" + "".join(f"{n:>24}" for n in names)]
-    for key, row in forwards.items():
-        lines.append(f"{key:<22}" + "".join(f"{row['ms'][n]:>13.1f} ({row['speedup'][n] or 0:>5.2f}x)   "
-                                            for n in names))
     agree = results["greedy"]
-    lines += ["", f"greedy continuations equal to fp32's ({agree['prompts']} prompts x {a['tokens']} tokens), and the "
-                  "mean tokens before the first difference:"]
-    lines += [f"  {n:<22} {agree['equal'][n]:>3}/{agree['prompts']}   {agree['common_prefix'][n]:6.1f}" for n in names]
-    lines += ["", f"target: >= {TARGET_SPEEDUP}x the baseline on every shape, and at least the baseline's equal "
-                  "continuations"]
-    lines += [f"  {n:<22} {verdict(results['adopt'][n])}" for n in names if n != BASELINE]
-    lines.append(load_line(results["machine"]))
+    lines = [f"ONNX Runtime 8-bit variants of {results['model']} ({results['threads']} threads): forward ms (best of "
+             f"{a['repeat']}) and the ratio baseline/variant; greedy continuations equal to fp32's ({agree['prompts']} "
+             f"prompts x {a['tokens']} tokens, mean tokens before the first difference)",
+             "", "| rows x context + new | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for key, row in forwards.items():
+        lines.append(f"| {key} | " + " | ".join(f"{row['ms'][n]:.1f} ({row['speedup'][n] or 0:.2f}x)" for n in names)
+                     + " |")
+    equal = (f"{agree['equal'][n]}/{agree['prompts']} ({agree['common_prefix'][n]:.1f})" for n in names)
+    lines.append("| greedy continuations equal to fp32's | " + " | ".join(equal) + " |")
+    lines += ["", f"Target: >= {TARGET_SPEEDUP}x the baseline on every shape and at least its equal continuations: "
+                  + ", ".join(f"{n} {verdict(results['adopt'][n])}" for n in names if n != BASELINE) + ". "
+                  + load_line(results["machine"])]
     return "\n".join(lines)
 
 
