@@ -152,12 +152,8 @@ class RolloutEngine:
         traj.format_errors.extend(action.errors)
         if action.think:
             traj.think_text = f"{traj.think_text}\n{action.think}".strip()
-        turn_text = self.protocol.assistant_prefix() + action.text
         if action.kind == "tool_call":
-            if self.protocol.inline_responses:
-                episode.partial += action.text
-            else:
-                episode.messages.append({"role": "assistant", "content": turn_text})
+            self._add_turn(episode, action.text)
             if self._repeats_itself(traj, action.call):
                 traj.finish, episode.done = "repeated_call", True
                 self._close_partial(episode)
@@ -176,11 +172,8 @@ class RolloutEngine:
         else:
             traj.finish = "max_tokens" if reply.finish_reason == "length" else "no_action"
         episode.done = True
-        if self.protocol.inline_responses:
-            episode.partial += action.text
-            self._close_partial(episode)
-        else:
-            episode.messages.append({"role": "assistant", "content": turn_text})
+        self._add_turn(episode, action.text)
+        self._close_partial(episode)
         return None
 
     def _repeats_itself(self, traj: Trajectory, call: str) -> bool:
@@ -204,19 +197,24 @@ class RolloutEngine:
         return True
 
     def _unshown_answer_note(self, episode: _Episode, answer: str, text: str) -> bool:
-        """Send an answer that no successful tool response shows back with UNSHOWN_ANSWER_NOTE (True), once per
-        episode and only with ``unshown_answer_note``: the model may copy the name it meant or call again."""
+        """Send an answer (``TurnAction.answer``: stripped) that no successful tool response shows back with
+        UNSHOWN_ANSWER_NOTE (True), once per episode and only with ``unshown_answer_note``: the model may copy the
+        name it meant or call again."""
         traj = episode.trajectory
         if (not self.params.unshown_answer_note or not self.protocol.uses_tools or traj.unshown_answers
-                or not answer.strip() or shown_by_tools(answer, traj.tool_calls)):
+                or not answer or shown_by_tools(answer, traj.tool_calls)):
             return False
         traj.unshown_answers.append(answer)
+        self._add_turn(episode, text)
+        self._respond(episode, UNSHOWN_ANSWER_NOTE.format(answer=answer))
+        return True
+
+    def _add_turn(self, episode: _Episode, text: str) -> None:
+        """A model turn into the episode's context: the assistant text so far (inline protocols) or a message."""
         if self.protocol.inline_responses:
             episode.partial += text
         else:
             episode.messages.append({"role": "assistant", "content": self.protocol.assistant_prefix() + text})
-        self._respond(episode, UNSHOWN_ANSWER_NOTE.format(answer=answer.strip()))
-        return True
 
     def _respond(self, episode: _Episode, content: str) -> None:
         """A tool response into the episode's context, as the protocol carries it."""
