@@ -21,8 +21,8 @@ Everything else is ``omne eval``'s (``pipelines.eval.runner.evaluate``): the que
 ``--split`` split, a stable sample of ``--limit`` per bucket), ``source.tasks`` with ``eval.samples``, the KG tools in
 process (``InProcessToolClient(source.toolbox)``), ``make_protocol`` with ``agent.protocol``, the model of
 ``load_agent_model`` on ``--backend`` (``agent.backend``: onnx by default, converted once per model; ``--model``: the
-SFT model when artifacts/models/sft exists, else the base model) and ``RolloutParams(max_new_tokens, temperature,
-batch_size, seed=eval.seed, max_same_call)`` from params. The client's prefix store and the query-embedding cache
+SFT model when artifacts/models/sft exists, else the base model) and ``RolloutParams.of_agent(params.agent,
+seed=eval.seed)``. The client's prefix store and the query-embedding cache
 are emptied before every timed run; one untimed short warm-up run of each variant first. One torch thread by default
 (``--threads``, as bench/rollout.py: steadier on a shared machine; the onnx backend takes torch's setting);
 ``--threads 0`` is omne eval's own (one per core), the setting for the 120 s target.
@@ -274,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
              buckets, client.model, params.agent.backend, time.perf_counter() - t0)
 
     protocol = make_protocol(params, params.agent.protocol, None)
-    rollout = RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=params.agent.temperature,
-                            batch_size=params.agent.batch_size, seed=params.eval.seed,
-                            max_same_call=params.agent.max_same_call,
-                            unshown_answer_note=params.agent.unshown_answer_note)
+    rollout = RolloutParams.of_agent(params.agent, seed=params.eval.seed)
     engines = {"baseline": RolloutEngine(client, protocol, tools, rollout, name=params.agent.protocol),
                "ours": RollingSlots(client, protocol, tools, rollout, name=params.agent.protocol)}
 

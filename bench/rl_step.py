@@ -22,8 +22,8 @@ noisy: absolute timings move with the load, ratios much less):
 Everything else is RL's (``ToolRollouts.roll_out``): the questions are RL stage 3's own training sample
 (``rl_questions``, its first ``--questions``), the protocol ``make_protocol`` with ``agent.protocol`` and
 ``--max-rounds`` rounds (so ``tools.prompt_specs`` apply), the real KG tools in process
-(``InProcessToolClient(KGToolbox(params))``), ``RolloutEngine`` with ``RolloutParams(max_new_tokens,
-temperature, batch_size, seed, max_same_call)`` and a ``TransformersChatClient.from_model`` client on the
+(``InProcessToolClient(KGToolbox(params))``), ``RolloutEngine`` with ``RolloutParams.of_agent`` (the
+sizes and seed given here, params.agent's episode rules) and a ``TransformersChatClient.from_model`` client on the
 model (``--model``: the SFT model stage 3 starts from when artifacts/models/sft exists, else the base model;
 loaded by ``load_agent_model``, an adapter merged in). The client's prefix store is emptied before every
 timed run (RL makes a new client per step), the query-embedding cache too; one untimed warm-up run of each.
@@ -321,9 +321,8 @@ def main(argv: list[str] | None = None) -> int:
 
     protocol = make_protocol(params, params.agent.protocol, None)
     step_seed = rollout_seed(stage_seed, 0)
-    rollout = RolloutParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=size,
-                            seed=step_seed, max_same_call=params.agent.max_same_call,
-                            unshown_answer_note=params.agent.unshown_answer_note)
+    rollout = RolloutParams.of_agent(params.agent, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                     batch_size=size, seed=step_seed)
     engine = RolloutEngine(client, protocol, tools, rollout, name=protocol.name)
 
     t0 = time.perf_counter()  # warm-up (untimed): batch-1 and batch-N generate calls, stop-string tables, tools

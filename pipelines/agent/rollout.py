@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from tqdm.auto import tqdm
@@ -23,6 +24,9 @@ from pipelines.agent.protocols import Protocol, SearchProtocol
 from pipelines.agent.requests import CallRequest
 from pipelines.agent.trajectory import ToolCallRecord, Trajectory, shown_by_tools
 from pipelines.llm.base import ChatClient, ChatReply, ChatRequest, LLMError
+
+if TYPE_CHECKING:
+    from pipelines.config import AgentParams
 
 
 class Task(BaseModel):
@@ -52,6 +56,14 @@ class RolloutParams(BaseModel):
     # an answer that no successful tool response shows, exactly as written, is sent back once with
     # UNSHOWN_ANSWER_NOTE and the episode goes on; the next answer stands as written (agent.unshown_answer_note)
     unshown_answer_note: bool = False
+
+    @classmethod
+    def of_agent(cls, agent: AgentParams, **overrides: Any) -> RolloutParams:
+        """What ``params.agent`` sets (tokens a round, temperature, batch, the episode rules), with ``overrides`` (a
+        seed, a benchmark's sizes): every engine built from the params follows the same episode rules."""
+        return cls(**{"max_new_tokens": agent.max_new_tokens, "temperature": agent.temperature,
+                      "batch_size": agent.batch_size, "max_same_call": agent.max_same_call,
+                      "unshown_answer_note": agent.unshown_answer_note, **overrides})
 
 
 # what a call repeating the one just made gets instead of the same response: greedy decoding over the same context

@@ -234,10 +234,7 @@ def evaluate(params: Params, model: str, source: QuestionSource, *, protocol: st
     chat = client or load_agent_model(model, params, endpoint=endpoint)
     the_protocol = make_protocol(params, protocol, baseline)
     tool_client = tools or InProcessToolClient(source.toolbox) if the_protocol.uses_tools else None
-    engine_params = RolloutParams(max_new_tokens=params.agent.max_new_tokens,
-                                  temperature=params.agent.temperature, batch_size=params.agent.batch_size,
-                                  seed=params.eval.seed, max_same_call=params.agent.max_same_call,
-                                  unshown_answer_note=params.agent.unshown_answer_note)
+    engine_params = RolloutParams.of_agent(params.agent, seed=params.eval.seed)
     engine = source.engine(chat, the_protocol, tool_client, engine_params, name=baseline or protocol)
     tasks = source.tasks(params, baseline, params.eval.samples)
     lightrag = None

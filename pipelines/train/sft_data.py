@@ -668,10 +668,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
             from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 
             engine = RolloutEngine(teacher, omne_protocol(settings.mode, params.tools.prompt_specs), tools,
-                                   RolloutParams(max_new_tokens=params.agent.max_new_tokens, temperature=0.0,
-                                                 batch_size=params.agent.batch_size,
-                                                 max_same_call=params.agent.max_same_call,
-                                                 unshown_answer_note=params.agent.unshown_answer_note))
+                                   RolloutParams.of_agent(params.agent, temperature=0.0))
             trajectories = engine.run([Task(qa_id=p.id, domain=p.domain, question=p.question, gold_answers=p.answers,
                                             bucket=p.bucket, hops=p.hops) for p in pairs], progress=progress)
             kept = [c for t in trajectories if (c := trajectory_conversation(t, source="teacher")) is not None]
