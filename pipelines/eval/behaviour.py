@@ -150,14 +150,15 @@ def behaviour(trajs: Sequence[Trajectory], gold_paths: Mapping[str, GoldPath] | 
         unknown_graph += unknown
         other_graph += other
         retrieved += _retrieved(t)
+        shown = answer_from_tools(t)  # False without an answer
         if (t.answer or "").strip():
             answered += 1
-            from_tools += answer_from_tools(t)
+            from_tools += shown
             in_thought += answer_in_last_thought(t)
         missing_entity += sum(1 for c in t.tool_calls if c.error_type == "entity_not_found")
         if t.unshown_answers:
             noted += 1
-            fixed += answer_from_tools(t)
+            fixed += shown
         gold_path = gold_paths.get(t.qa_id) if gold_paths else None
         if (outcome := episode_outcome(t, gold_path)) is not None:
             outcomes[outcome] += 1
