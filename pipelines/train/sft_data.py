@@ -149,42 +149,50 @@ def asked_type(reading: PathReading | None) -> str | None:
     return None if asked in reading.types[:-1] else asked
 
 
-def type_check(reading: PathReading, node: int, name: str) -> str:
+def type_check(reading: PathReading, node: int, name: str, form: str = "sentence") -> str:
     """The thinking's check of what a hop reached against what the question asks for (the answer's type), the
     two types written side by side just before the choice between walking on and answering, so that a small model
     compares two words it has just written ("The question asks for a language; Russia is a territory."); "" when
-    either type is not shown or the asked type does not decide (``asked_type``)."""
+    either type is not shown or the asked type does not decide (``asked_type``). ``form``: ``bracket`` writes the
+    reached entity as node_info's line lists it ("The question asks for [language]; the response lists Russia
+    [territory]."), a copy of adjacent text, where the sentence form makes the model map a bracket to a noun: in
+    the twenty-second run, 10-12 of 34 failed NIST episodes claimed a type no line gave ("Fig. 6 is a
+    document_structure" beside ``Fig. 6 [content]``; sft_data.type_check_form)."""
     asked = asked_type(reading)
     if asked is None or (reached := reading.types[node]) is None:
         return ""
+    if form == "bracket":
+        return f" The question asks for [{asked}]; the response lists {name} [{reached}]."
     return f" The question asks for {indefinite(asked)}; {name} is {indefinite(reached)}."
 
 
 def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
-                  reading: PathReading | None = None) -> list[str]:
+                  reading: PathReading | None = None, type_form: str = "sentence") -> list[str]:
     """The think text of each gpt turn of a template trajectory along a path of ``len(edges)`` hops: where
     the question starts, then what each relation read showed and what is left of the question, then the answer.
 
     With a ``reading`` (``sft_data.thinking: remaining_question``) each hop's thinking says the relation as the
     KG describes it and what is left of the question, the nested question read one clause at a time, so that
     where the walk is and when the next relation answers are written out (with the reading's types, the type the
-    question asks for is named first and checked at each hop: ``type_check``); without one it names the relation
+    question asks for is named first and checked at each hop: ``type_check``, written in ``type_form``); without
+    one it names the relation
     read and the next entity. (A variant that counted the hops, "Hop i of n", did worse with
     SmolLM2-135M: the model wrote "2 hops" for every question and walked on past the answer; README, Stage 2.)"""
     hops, start = len(edges), nodes[0]
     sentences = reading.sentences if reading else [keyword_sentence(e.src, e.keywords, e.dst) for e in edges]
     asked = asked_type(reading)
-    asks = f" and asks for {indefinite(asked)}" if asked else ""
+    named = (f"[{asked}]" if type_form == "bracket" else indefinite(asked)) if asked else None
+    asks = f" and asks for {named}" if named else ""
     thoughts = [f"The question starts from {start}{asks}. I look it up in the {domain} knowledge graph first.",
                 f"{start} is in the graph. Its relations show where the question leads."]
     for i in range(1, hops):
         if reading:
-            thoughts.append(f"{sentences[i - 1]}.{type_check(reading, i, nodes[i])} So the question becomes: "
-                            f"{reading.remaining[i - 1]}")
+            checked = type_check(reading, i, nodes[i], type_form)
+            thoughts.append(f"{sentences[i - 1]}.{checked} So the question becomes: {reading.remaining[i - 1]}")
         else:
             thoughts.append(f"{sentences[i - 1]}, so the question continues from {nodes[i]}. I look at its "
                             f"relations next.")
-    checked = type_check(reading, hops, answer) if reading else ""
+    checked = type_check(reading, hops, answer, type_form) if reading else ""
     thoughts.append(f"{sentences[-1]}.{checked} That answers the question: {answer}.")
     return thoughts
 
@@ -267,7 +275,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           neighbor_types: bool = False, filled_question: bool = False,
                           recover: bool = False, relation_phrases: bool = True,
                           loop_at: int | None = None, quote_lines: bool = False,
-                          retype_answer: random.Random | None = None) -> SFTConversation | None:
+                          retype_answer: random.Random | None = None, type_form: str = "sentence"
+                          ) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -279,7 +288,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     say it, the tools answer from the domain); None: the domain's own name. ``specs``: how the system prompt lists
     the tools (tools.prompt_specs); ``relation_descriptions``: whether node_info shows them (tools.
     relation_descriptions), and so whether the thinking may quote them; ``neighbor_types``: whether node_info shows
-    the neighbours' types (tools.neighbor_types), and so whether the thinking checks them (``type_check``);
+    the neighbours' types (tools.neighbor_types), and so whether the thinking checks them (``type_check``, in
+    ``type_form``: sft_data.type_check_form);
     ``filled_question``: what is left of the question is the question with the entities reached named in it
     (``sft_data.thinking: filled_question``; ``path_reading``). ``recover`` (with ``misspell``): the first call is
     node_info on the misspelling, which fails with the closest names listed, and the next copies the exact name
@@ -327,7 +337,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     reading = (path_reading(graph, nodes, edges, descriptions=relation_descriptions, types=neighbor_types,
                             filled_from=pair.question if filled_question else None, phrased=relation_phrases)
                if graph is not None else None)
-    thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading)
+    thoughts = path_thoughts(nodes, edges, shown, pair.answer, reading, type_form)
     thoughts[0] = thoughts[0].replace(start, query, 1)
     if recover:  # node_info on the misspelling first: "not found", the closest names listed, the exact one copied
         if start_as is None:
@@ -615,7 +625,7 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                "neighbor_types": params.tools.neighbor_types and settings.type_check,
                "relation_phrases": params.tools.unlabelled_relations == "phrase",
                "filled_question": settings.thinking == "filled_question",
-               "quote_lines": settings.quote_relation_line}
+               "quote_lines": settings.quote_relation_line, "type_form": settings.type_check_form}
     if "template" in settings.sources:
         from tqdm.auto import tqdm
 
