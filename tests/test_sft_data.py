@@ -145,6 +145,34 @@ def test_without_type_checks_the_thinking_names_no_type_and_the_walk_is_the_same
                if t["from"] == "observation")
 
 
+def test_bracket_type_checks_copy_the_line_that_lists_the_entity_and_the_walk_is_the_same(solar_qa: Params) -> None:
+    build_sft_conversations(solar_qa, progress=False)
+    sentences = {r.id: r for r in read_sft_conversations(solar_qa)}
+    bracket = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"type_check_form": "bracket"})})
+    assert not build_sft_conversations(bracket, progress=False).skipped  # the form is part of the fingerprint
+    records = read_sft_conversations(bracket)
+    assert {r.id for r in records} == set(sentences)
+    sentence_check = re.compile(r"; \S.* is an? \S+\.")
+    assert any(sentence_check.search(t) for r in sentences.values() for t in gpt_thoughts(r))
+    checks = 0
+    for record in records:
+        assert actions(record) == actions(sentences[record.id])
+        response = ""
+        for turn in record.conversations:
+            if turn["from"] == "observation":
+                response = turn["value"]
+                continue
+            if turn["from"] != "gpt":
+                continue
+            assert not sentence_check.search(turn["value"])  # no sentence-form check left
+            for listed in re.findall(r"the response lists (.+? \[[^\]]+\])\.", turn["value"]):
+                assert re.search(r"^\d+\. .*[-\]>] " + re.escape(listed) + "$", response, re.M), (record.id, listed)
+                checks += 1
+    assert checks > len(records) / 2
+    assert any(re.search(r"asks for \[[^\]]+\]\. I look it up", t) for r in records for t in gpt_thoughts(r))
+
+
 def test_filled_question_thinking_copies_the_question_with_each_entity_reached_named(solar_qa: Params) -> None:
     remaining = with_thinking(solar_qa, "remaining_question")
     build_sft_conversations(remaining, progress=False)
