@@ -392,7 +392,7 @@ class SFTDataParams(DomainSelection):
     type_check_form: Literal["sentence", "bracket"] = Field("sentence", json_schema_extra=NEWER_SETTING, description=(
         "How the type check is written: `sentence` (\"The question asks for a language; Russia is a territory.\") "
         "or `bracket`, the entity as node_info's line lists it (\"The question asks for [language]; the response "
-        "lists Russia [territory].\"; docs/sft.md, \"Type checks\")."))
+        "lists Russia [territory].\"; docs/sft.md, \"The thinking between hops\")."))
     answer_recovery_fraction: float = Field(0.0, ge=0.0, le=1.0, json_schema_extra=NEWER_SETTING, description=(
         "Share of template conversations that first answer a retyped name (that turn not trained on), get "
         "agent.unshown_answer_note's note and answer the name as the response writes it (docs/sft.md, \"Unshown "

@@ -155,8 +155,7 @@ def train_rl(params: Params, stage: int, *, start: str | None = None, name: str 
                             tasks=tasks, max_length=settings.max_length, prefix_cache_mb=params.agent.prefix_cache_mb,
                             batch_size=params.agent.batch_size, backend=backend,
                             onnx_precision=params.agent.onnx_precision, sync_every=settings.sync_every,
-                            max_same_call=params.agent.max_same_call,
-                            unshown_answer_note=params.agent.unshown_answer_note,
+                            agent=params.agent,
                             start_onnx=lambda: onnx_agent_folder(start_folder, params))
     config = GRPOConfig(
         output_dir=str(output.with_name(output.name + ".trainer")), max_steps=settings.max_steps,

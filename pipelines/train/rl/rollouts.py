@@ -20,7 +20,7 @@ from typing import Any
 
 from pipelines.agent.rollout import RolloutEngine, RolloutParams, Task
 from pipelines.agent.trajectory import Trajectory
-from pipelines.config import RLStageParams
+from pipelines.config import AgentParams, RLStageParams
 from pipelines.eval.behaviour import graph_name_misses
 from pipelines.llm.local import TransformersChatClient, model_eos
 from pipelines.llm.onnx_backend import onnx_chat_client
@@ -52,8 +52,8 @@ class ToolRollouts:
     backend: str = "transformers"
     onnx_precision: str = "fp32"  # agent.onnx_precision
     sync_every: int = 1  # onnx: rollout calls between weight syncs (rl.<stage>.sync_every)
-    max_same_call: int | None = None  # agent.max_same_call: a looping episode ends there
-    unshown_answer_note: bool = False  # agent.unshown_answer_note: an unshown answer is sent back once
+    # params.agent: the episode rules (max_same_call, unshown_answer_note) every engine built from the params follows
+    agent: AgentParams = field(default_factory=AgentParams)
     syncs: list[float] = field(default_factory=list)  # onnx: seconds of each weight sync (merge, convert, load)
     _fast: Any = None  # onnx: the client of the last synced copy, its folder and the call it was synced at
     _fast_dir: Path | None = None
@@ -88,9 +88,8 @@ class ToolRollouts:
         else:
             client = TransformersChatClient.from_model(model, self.tokenizer, name="policy", batch_size=size,
                                                        prefix_cache_mb=self.prefix_cache_mb)
-        engine = RolloutEngine(client, self.protocol, self.tools, RolloutParams(
-            max_new_tokens=self.stage.max_new_tokens, temperature=temperature, batch_size=size, seed=seed,
-            max_same_call=self.max_same_call, unshown_answer_note=self.unshown_answer_note),
+        engine = RolloutEngine(client, self.protocol, self.tools, RolloutParams.of_agent(
+            self.agent, max_new_tokens=self.stage.max_new_tokens, temperature=temperature, batch_size=size, seed=seed),
             name=self.protocol.name)
         was_training = model.training
         model.eval()
