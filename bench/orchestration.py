@@ -32,7 +32,8 @@ extra work (body - library) and Dagster's run machinery (dagster - body). Target
 as PASS/MISS, never asserted): overhead below 15% of the library time for stages whose library time
 is over 10 s; for shorter stages the fixed cost of a run (run storage, event log) is a larger share
 and no target applies. torch runs with ``--threads`` 1 (the encoder of entity_index) in every variant.
-Every number goes to ``--out`` (default bench/results/orchestration.json).
+Every number goes to ``--out`` (default bench/results/orchestration.json); stdout gets a report and a
+Markdown table (``render``: what bench/tables.py puts into docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from _common import (
     machine_info,
     ratio,
     setup_logging,
+    verdict,
     write_results,
 )
 from _toy import toy_project
@@ -214,7 +216,7 @@ def bench_stage(spec: StageSpec, params: Params, resource: OmneResource, instanc
     overhead = dag - lib
     applies = lib > TARGET_MIN_S
     return {
-        "runs": runs, "best": best,
+        "runs": runs, "best": best, "partitioned": spec.partitioned,
         "library_s": lib, "body_s": body, "dagster_s": dag,
         "overhead_s": round(overhead, 4), "overhead_share": ratio(overhead, lib) if overhead else 0.0,
         "body_extra_s": round(body - lib, 4), "machinery_s": round(dag - body, 4),
@@ -229,17 +231,56 @@ def bench_stage(spec: StageSpec, params: Params, resource: OmneResource, instanc
 # Output
 # --------------------------------------------------------------------------------------------
 
-def render_table(results: dict[str, Any]) -> str:
+def _span(values: list[float], digits: int = 2) -> str:
+    """One value, or the lowest and the highest: "0.09", "0.19-0.84"."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): a row per stage the target applies to
+    (library time over 10 s) with its overhead share and verdict; the shorter partitioned stages in one row (the
+    ranges of their seconds); each shorter unpartitioned stage (qa_dataset) in its own row."""
+    a, stages = results["args"], results["stages"]
+    lines = [f"| stage ({a['domain']}, best of {a['repeat']}) | library s | dagster s | overhead | of which Dagster's "
+             f"machinery |", "|---|---|---|---|---|"]
+    for name, s in stages.items():
+        if not s["target_applies"]:
+            continue
+        d, cpu = s["best"]["dagster"], s["cpu_overhead_share"]
+        inside = (f" ({d['before_step_s']:.2f} before the step, {d['after_step_s']:.2f} after)" if "step_s" in d
+                  else "")
+        lines.append(f"| {name} (over {TARGET_MIN_S:g} s) | {s['library_s']:.1f} | {s['dagster_s']:.1f} | "
+                     f"**{100 * s['overhead_share']:.1f}%** ({verdict(s['pass'])}; CPU "
+                     f"{'-' if cpu is None else f'{100 * cpu:.1f}%'}) | {s['machinery_s']:.2f} s{inside} |")
+    if all(not s["target_applies"] for s in stages.values()):
+        lines.append(f"| no stage over {TARGET_MIN_S:g} s | | | target n/a | |")
+    short = [name for name, s in stages.items() if not s["target_applies"] and s["partitioned"]]
+    groups = [short] if short else []
+    groups += [[name] for name, s in stages.items() if not s["target_applies"] and not s["partitioned"]]
+    for group in groups:
+        rows = [stages[name] for name in group]
+        only = rows[0] if len(rows) == 1 else None
+        rest = (f" (the rest, {only['body_extra_s']:.2f} s: the asset body's checks and metadata)"
+                if only and only["body_extra_s"] > only["machinery_s"] else "")
+        lines.append(f"| {', '.join(group)} | {_span([r['library_s'] for r in rows])} | "
+                     f"{_span([r['dagster_s'] for r in rows])} | {_span([r['overhead_s'] for r in rows])} s | "
+                     f"{_span([r['machinery_s'] for r in rows], 3)} s{rest} |")
+    return "\n".join(lines)
+
+
+def details(results: dict[str, Any]) -> str:
+    """The plain-text report on stdout before the table: every variant's best time, the split of the overhead."""
     head = (f"{'stage':<16} {'library s':>9} {'body s':>8} {'dagster s':>9} {'overhead s':>10} {'ovh %':>7} "
             f"{'body+ s':>8} {'machinery s':>11} {'cpu ovh %':>9}  target (<15% if >10 s)")
     lines = [head, "-" * len(head)]
     for name, s in results["stages"].items():
-        verdict = ("PASS" if s["pass"] else "MISS") if s["target_applies"] else "n/a (< 10 s)"
+        target = ("PASS" if s["pass"] else "MISS") if s["target_applies"] else "n/a (< 10 s)"
         cpu_share = s["cpu_overhead_share"]
         lines.append(f"{name:<16} {s['library_s']:>9.3f} {s['body_s']:>8.3f} {s['dagster_s']:>9.3f} "
                      f"{s['overhead_s']:>10.3f} {100 * s['overhead_share']:>6.1f}% {s['body_extra_s']:>8.3f} "
                      f"{s['machinery_s']:>11.3f} {'-' if cpu_share is None else f'{100 * cpu_share:.1f}%':>9}  "
-                     f"{verdict}")
+                     f"{target}")
     total = results["totals"]
     lines.append(f"{'total':<16} {total['library_s']:>9.3f} {total['body_s']:>8.3f} {total['dagster_s']:>9.3f} "
                  f"{total['overhead_s']:>10.3f} {100 * total['overhead_share']:>6.1f}%")
@@ -361,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     totals["overhead_share"] = ratio(totals["overhead_s"], totals["library_s"]) or 0.0
     results["totals"] = totals
     results["machine"]["load_average_at_end"] = load_average()
-    write_results(results, render_table(results), args.out, started)
+    print("\n" + details(results))
+    write_results(results, render(results), args.out, started)
     return 0
 
 

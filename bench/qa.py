@@ -443,21 +443,73 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     for name, g in results["seeds"].items():
         if "skipped" in g:
             continue
-        checks.append({"target": f"seeds + balls >= {TARGET_SEEDS_SPEEDUP:g}x networkx BFS loop", "where": name,
-                       "value": g["speedup"], "unit": "x",
+        checks.append({"kind": "seeds", "target": f"seeds + balls >= {TARGET_SEEDS_SPEEDUP:g}x networkx BFS loop",
+                       "where": name, "value": g["speedup"], "unit": "x",
                        "pass": g["speedup"] >= TARGET_SEEDS_SPEEDUP and g["same_results"]})
     llm = results.get("llm")
     if llm and "skipped" not in llm:
-        checks.append({"target": f"LLM generation c={llm['concurrency']} >= {TARGET_CONCURRENCY_SPEEDUP:g}x sequential",
+        checks.append({"kind": "concurrency",
+                       "target": f"LLM generation c={llm['concurrency']} >= {TARGET_CONCURRENCY_SPEEDUP:g}x sequential",
                        "where": llm["domain"], "value": llm["speedup"], "unit": "x",
                        "pass": llm["speedup"] >= TARGET_CONCURRENCY_SPEEDUP})
-        checks.append({"target": "cached rerun sends no request", "where": llm["domain"],
+        checks.append({"kind": "cache", "target": "cached rerun sends no request", "where": llm["domain"],
                        "value": llm["cache"]["rerun_server_requests"], "unit": "requests",
                        "pass": llm["cache"]["rerun_server_requests"] == 0})
     return checks
 
 
+def span(values: list[float], digits: int = 1) -> str:
+    """One value, or the lowest and the highest: "7.7", "5.5-7.9"."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
 def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): the seeds' speed-up over networkx on the
+    registry domains (each one up to four, else their range) and the generated graph, LLM generation's concurrent
+    against sequential throughput, the cached rerun; each with its verdict against the targets."""
+    checks = {kind: [c for c in results["targets"] if c.get("kind") == kind]
+              for kind in ("seeds", "concurrency", "cache")}
+    lines = ["| measurement | result |", "|---|---|"]
+    measured = {name: g for name, g in results["seeds"].items() if "skipped" not in g}
+    domains = [name for name in measured if name != SYNTHETIC]
+    if measured:
+        s = results["params"]["seeds"]
+        labels, values = [], []
+        if domains:
+            listed = len(domains) <= 4
+            labels.append(" / ".join(domains) if listed else f"{len(domains)} domains (lowest-highest)")
+            values.append(" / ".join(f"{measured[d]['speedup']:.1f}" for d in domains) if listed
+                          else span([measured[d]["speedup"] for d in domains]))
+        if SYNTHETIC in measured:
+            labels.append(f"synthetic ({measured[SYNTHETIC]['entities']:,} entities)")
+            values.append(f"{measured[SYNTHETIC]['speedup']:.1f}")
+        same = all(g["same_results"] for g in measured.values())
+        missed = [c["where"] for c in checks["seeds"] if not c["pass"]]
+        skipped = [name for name, g in results["seeds"].items() if "skipped" in g]
+        lines.append(f"| seeds (depth-{s['depth']} balls of {s['min_nodes']}..{s['max_nodes']} nodes), x faster than "
+                     f"networkx: {' / '.join(labels)}{f' ({len(skipped)} skipped)' if skipped else ''} | "
+                     f"{' / '.join(values)} ({'MISS on ' + ', '.join(missed) if missed else 'PASS'}; "
+                     f"{'the same' if same else 'NOT the same'} seeds and balls) |")
+    llm = results.get("llm") or {}
+    if "skipped" in llm:
+        lines.append(f"| LLM generation | skipped ({llm['skipped']}) |")
+    elif llm:
+        seq, conc, cache = llm["sequential"], llm["concurrent"], llm["cache"]
+        where = "a child process" if llm["server"] == "process" else "a thread"
+        (concurrency,), (cached,) = checks["concurrency"], checks["cache"]
+        lines += [f"| LLM generation on {llm['domain']} ({llm['seeds']} seeds x 2 buckets, fake server in {where}, "
+                  f"{llm['latency_s'] * 1000:.0f} ms a reply), concurrency {llm['concurrency']} against sequential | "
+                  f"**{llm['speedup']:.1f}x** ({conc['requests_per_s']:.0f} against {seq['requests_per_s']:.0f} "
+                  f"requests/s, client CPU {llm['concurrent_cpu_ms_per_request']:.1f} ms a request; "
+                  f"{verdict(concurrency['pass'])}) |",
+                  f"| cached rerun | {cache['rerun_server_requests']} requests, "
+                  f"{cache['rerun_ratio_vs_cold']:.2f}x the cold run's time ({verdict(cached['pass'])}) |"]
+    return "\n".join(lines)
+
+
+def details(results: dict[str, Any]) -> str:
+    """The plain-text report on stdout before the table: every graph's and every run's figures."""
     out = ["seed subgraphs: eligible seeds (depth-3 ball of 20..400 nodes) + their balls; x = times faster than "
            "the networkx BFS loop"]
     head = (f"{'graph':<10} {'entities':>8} {'edges':>7} {'eligible':>8} {'ours s':>8} {'nodes/s':>9} "
@@ -536,7 +588,8 @@ def build_parser() -> BenchParser:
                     "and a rerun answered from the disk cache.",
         epilog="Targets (printed as PASS/MISS, never asserted): seeds >= 5x faster than networkx with the same "
                "results;\nLLM generation with concurrency >= 10x the sequential throughput; the cached rerun sends "
-               "no request.\nResults: a table on stdout, every number in --out (default: bench/results/).",
+               "no request.\nResults: a report and a Markdown table (docs/benchmarks.md's) on stdout, every number "
+               "in --out\n(default: bench/results/).",
         toy=TOY, toy_note="the domains: the throw-away project's solar domain (its KG built in-process)",
         repeat=3, repeat_help="seeds runs per registry domain (ours and networkx in turn, best kept)",
         seed_help="seed of the generated graph and of the networkx node sample")
@@ -639,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results["machine"]["load_average_at_end"] = load_average()
     results["targets"] = targets(results)
+    print("\n" + details(results))
     write_results(results, render(results), args.out, started)
     return 0
 

@@ -123,6 +123,22 @@ def check_common(name: str, results: dict[str, Any], required: list[str]) -> Non
         assert positive(get(results, dotted)), f"{name}: {dotted} = {get(results, dotted)!r}"
 
 
+def markdown_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The cells of the Markdown table in results["table"] (what bench/tables.py puts into docs/benchmarks.md): the
+    header, then the rows; the separator line checked and left out."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in results["table"]
+            if line.startswith("|")]
+    assert len(rows) >= 3 and all(cell == "---" for cell in rows[1]), results["table"]
+    assert {len(row) for row in rows} == {len(rows[0])}, results["table"]
+    return [rows[0], *rows[2:]]
+
+
+def span(values: list[float], digits: int) -> str:
+    """A table cell's one value or lowest-highest, as the scripts write it."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
 def check_kg_build(results: dict[str, Any]) -> list[str]:
     assert set(results["graphs"]) == {"solar", "synthetic"}
     synthetic = results["graphs"]["synthetic"]
@@ -156,6 +172,24 @@ def check_qa(results: dict[str, Any]) -> list[str]:
     llm = results["llm"]
     assert llm["domain"] == "solar" and llm["seeds"] >= 1 and llm["same_pairs"] is True
     assert llm["cache"]["rerun_server_requests"] == 0
+    # the Markdown table: the same speed-ups, requests and verdicts as the results
+    header, seeds_row, llm_row, cache_row = markdown_rows(results)
+    assert header == ["measurement", "result"]
+    passed = {kind: all(t["pass"] for t in results["targets"] if t["kind"] == kind)
+              for kind in ("seeds", "concurrency", "cache")}
+    missed = [t["where"] for t in results["targets"] if t["kind"] == "seeds" and not t["pass"]]
+    solar, synthetic = results["seeds"]["solar"], results["seeds"]["synthetic"]
+    assert seeds_row[0].endswith("x faster than networkx: solar / synthetic (400 entities)")
+    assert seeds_row[1] == (f"{solar['speedup']:.1f} / {synthetic['speedup']:.1f} "
+                            f"({'MISS on ' + ', '.join(missed) if missed else 'PASS'}; the same seeds and balls)")
+    assert llm_row[0] == (f"LLM generation on solar ({llm['seeds']} seeds x 2 buckets, fake server in a thread, 10 ms "
+                          f"a reply), concurrency 4 against sequential")
+    assert llm_row[1] == (f"**{llm['speedup']:.1f}x** ({llm['concurrent']['requests_per_s']:.0f} against "
+                          f"{llm['sequential']['requests_per_s']:.0f} requests/s, client CPU "
+                          f"{llm['concurrent_cpu_ms_per_request']:.1f} ms a request; "
+                          f"{'PASS' if passed['concurrency'] else 'MISS'})")
+    assert passed["cache"] and cache_row == [
+        "cached rerun", f"0 requests, {llm['cache']['rerun_ratio_vs_cold']:.2f}x the cold run's time (PASS)"]
     return ["seeds.solar.ratio", "seeds.synthetic.ratio", "seeds.synthetic.speedup", "llm.speedup"]
 
 
@@ -267,6 +301,30 @@ def check_orchestration(results: dict[str, Any]) -> list[str]:
     assert list(results["stages"]) == stages
     for stage in results["stages"].values():
         assert {len(stage["runs"][v]) for v in ("library", "body", "dagster")} == {1}
+    # the Markdown table: a row per stage over 10 s with its share and verdict, the shorter partitioned stages in
+    # one row of ranges, qa_dataset in its own; every cell the results' figures
+    header, *rows = markdown_rows(results)
+    assert header == ["stage (solar, best of 1)", "library s", "dagster s", "overhead", "of which Dagster's machinery"]
+    cells = {row[0]: row[1:] for row in rows}
+    over = {name: s for name, s in results["stages"].items() if s["target_applies"]}
+    for name, s in over.items():
+        library, dagster, overhead, machinery = cells.pop(f"{name} (over 10 s)")
+        assert (library, dagster) == (f"{s['library_s']:.1f}", f"{s['dagster_s']:.1f}")
+        assert overhead.startswith(f"**{100 * s['overhead_share']:.1f}%** ({'PASS' if s['pass'] else 'MISS'}; CPU ")
+        assert machinery.startswith(f"{s['machinery_s']:.2f} s")
+    if not over:
+        assert cells.pop("no stage over 10 s") == ["", "", "target n/a", ""]
+    short = [name for name, s in results["stages"].items() if not s["target_applies"] and s["partitioned"]]
+    groups = ([short] if short else []) + [[name] for name, s in results["stages"].items()
+                                           if not s["target_applies"] and not s["partitioned"]]
+    assert set(cells) == {", ".join(group) for group in groups} and ["qa_dataset"] in groups
+    for group in groups:
+        figures = [results["stages"][name] for name in group]
+        library, dagster, overhead, machinery = cells[", ".join(group)]
+        assert library == span([f["library_s"] for f in figures], 2)
+        assert dagster == span([f["dagster_s"] for f in figures], 2)
+        assert overhead == span([f["overhead_s"] for f in figures], 2) + " s"
+        assert machinery.startswith(span([f["machinery_s"] for f in figures], 3) + " s")
     return [f"stages.{s}.ratio_dagster_vs_library" for s in stages] + ["totals.dagster_s"]
 
 
