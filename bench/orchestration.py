@@ -243,8 +243,8 @@ def render(results: dict[str, Any]) -> str:
     other partitioned stages in one row (the ranges of their seconds); each other unpartitioned stage (qa_dataset)
     in its own row."""
     a, stages = results["args"], results["stages"]
-    lines = [f"| stage ({a['domain']}, best of {a['repeat']}) | library s | dagster s | overhead | of which Dagster's "
-             f"machinery |", "|---|---|---|---|---|"]
+    lines = [f"| stage ({a['domain']}, best of {a['repeat']}) | library s | dagster s | overhead (dagster - library) "
+             f"| of which Dagster's machinery (dagster - asset body) |", "|---|---|---|---|---|"]
     alone = [name for name, s in stages.items() if s["target_applies"]]
     if not alone and stages:
         alone = [max(stages, key=lambda name: stages[name]["library_s"])]
