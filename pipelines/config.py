@@ -389,10 +389,10 @@ class SFTDataParams(DomainSelection):
         "With tools.neighbor_types, the thinking names the type the question asks for and checks each hop's type "
         "against it (docs/sft.md, \"The thinking between hops\"); false: it reads only the relation and what is left "
         "of the question (node_info still shows the types)."))
-    type_check_form: Literal["sentence", "bracket"] = Field("sentence", json_schema_extra=NEWER_SETTING, description=(
-        "How the type check is written: `sentence` (\"The question asks for a language; Russia is a territory.\") "
-        "or `bracket`, the entity as node_info's line lists it (\"The question asks for [language]; the response "
-        "lists Russia [territory].\"; docs/sft.md, \"The thinking between hops\")."))
+    type_check_form: Literal["sentence", "bracket"] = Field("bracket", description=(
+        "How the type check is written: `bracket`, the entity as node_info's line lists it (\"The question asks for "
+        "[language]; the response lists Russia [territory].\"), or `sentence` (\"The question asks for a language; "
+        "Russia is a territory.\"; docs/sft.md, \"The thinking between hops\")."))
     answer_recovery_fraction: float = Field(0.0, ge=0.0, le=1.0, json_schema_extra=NEWER_SETTING, description=(
         "Share of template conversations that first answer a retyped name (that turn not trained on), get "
         "agent.unshown_answer_note's note and answer the name as the response writes it (docs/sft.md, \"Unshown "

@@ -61,7 +61,7 @@ from pipelines.train.rl.keep import read_kept_rollouts
 RESPONSE = re.compile(r"^<tool_response>", re.S)
 # The template trajectories' version, part of the conversations' fingerprint: bump it when the text they are
 # written with changes, so that `make run`, Dagster and DVC rebuild them (and retrain what learns from them).
-TEMPLATE_VERSION = 10  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
+TEMPLATE_VERSION = 11  # what each version changed: CHANGELOG.md (sft_data.thinking, also in the fingerprint, picks
 # the "relations" text or the "remaining_question" one)
 
 
@@ -149,15 +149,15 @@ def asked_type(reading: PathReading | None) -> str | None:
     return None if asked in reading.types[:-1] else asked
 
 
-def type_check(reading: PathReading, node: int, name: str, form: str = "sentence") -> str:
+def type_check(reading: PathReading, node: int, name: str, form: str = "bracket") -> str:
     """The thinking's check of what a hop reached against what the question asks for (the answer's type), the
     two types written side by side just before the choice between walking on and answering, so that a small model
-    compares two words it has just written ("The question asks for a language; Russia is a territory."); "" when
-    either type is not shown or the asked type does not decide (``asked_type``). ``form``: ``bracket`` writes the
-    reached entity as node_info's line lists it ("The question asks for [language]; the response lists Russia
-    [territory]."), a copy of adjacent text, where the sentence form makes the model map a bracket to a noun: in
-    the twenty-second run, 10-12 of 34 failed NIST episodes claimed a type no line gave ("Fig. 6 is a
-    document_structure" beside ``Fig. 6 [content]``; sft_data.type_check_form)."""
+    compares two words it has just written ("The question asks for [language]; the response lists Russia
+    [territory]."); "" when either type is not shown or the asked type does not decide (``asked_type``). ``form``
+    (sft_data.type_check_form): ``bracket`` writes the entity reached as node_info's line lists it, a copy of
+    adjacent text; ``sentence`` ("...; Russia is a territory.") makes the model map a bracket to a noun, and in the
+    twenty-second run 10-12 of 34 failed NIST episodes claimed a type no line gave ("Fig. 6 is a
+    document_structure" beside ``Fig. 6 [content]``; docs/sft.md)."""
     asked = asked_type(reading)
     if asked is None or (reached := reading.types[node]) is None:
         return ""
@@ -167,7 +167,7 @@ def type_check(reading: PathReading, node: int, name: str, form: str = "sentence
 
 
 def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
-                  reading: PathReading | None = None, type_form: str = "sentence") -> list[str]:
+                  reading: PathReading | None = None, type_form: str = "bracket") -> list[str]:
     """The think text of each gpt turn of a template trajectory along a path of ``len(edges)`` hops: where
     the question starts, then what each relation read showed and what is left of the question, then the answer.
 
@@ -275,7 +275,7 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           neighbor_types: bool = False, filled_question: bool = False,
                           recover: bool = False, relation_phrases: bool = True,
                           loop_at: int | None = None, quote_lines: bool = False,
-                          retype_answer: random.Random | None = None, type_form: str = "sentence"
+                          retype_answer: random.Random | None = None, type_form: str = "bracket"
                           ) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
