@@ -146,12 +146,13 @@ def test_without_type_checks_the_thinking_names_no_type_and_the_walk_is_the_same
 
 
 def test_bracket_type_checks_copy_the_line_that_lists_the_entity_and_the_walk_is_the_same(solar_qa: Params) -> None:
-    build_sft_conversations(solar_qa, progress=False)
-    sentences = {r.id: r for r in read_sft_conversations(solar_qa)}
-    bracket = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
-        update={"type_check_form": "bracket"})})
-    assert not build_sft_conversations(bracket, progress=False).skipped  # the form is part of the fingerprint
-    records = read_sft_conversations(bracket)
+    assert solar_qa.sft_data.type_check_form == "bracket"
+    sentence = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={"type_check_form": "sentence"})})
+    build_sft_conversations(sentence, progress=False)
+    sentences = {r.id: r for r in read_sft_conversations(sentence)}
+    assert not build_sft_conversations(solar_qa, progress=False).skipped  # the form is part of the fingerprint
+    records = read_sft_conversations(solar_qa)
     assert {r.id for r in records} == set(sentences)
     sentence_check = re.compile(r"; \S.* is an? \S+\.")
     assert any(sentence_check.search(t) for r in sentences.values() for t in gpt_thoughts(r))
@@ -371,9 +372,15 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
     typed = path_reading(graph, names[:3], edges, descriptions=False, types=True)
     assert typed is not None and typed.types == ["city", "country", "currency"]
     thoughts = path_thoughts(names[:3], edges, "geography", "UAE Dirham", typed)
-    assert thoughts[0] == ("The question starts from Abu Dhabi and asks for a currency. I look it up in the geography "
+    assert thoughts[0] == ("The question starts from Abu Dhabi and asks for [currency]. I look it up in the geography "
                            "knowledge graph first.")
     assert thoughts[2:] == [
+        "Abu Dhabi is the capital of United Arab Emirates. The question asks for [currency]; the response lists United "
+        "Arab Emirates [country]. So the question becomes: Which currency does United Arab Emirates use?",
+        "United Arab Emirates uses UAE Dirham. The question asks for [currency]; the response lists UAE Dirham "
+        "[currency]. That answers the question: UAE Dirham."]
+    # sft_data.type_check_form: sentence names the types as nouns
+    assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", typed, "sentence")[2:] == [
         "Abu Dhabi is the capital of United Arab Emirates. The question asks for a currency; United Arab Emirates is "
         "a country. So the question becomes: Which currency does United Arab Emirates use?",
         "United Arab Emirates uses UAE Dirham. The question asks for a currency; UAE Dirham is a currency. That "
@@ -391,8 +398,8 @@ def test_path_reading_says_each_relation_and_what_is_left_of_the_question() -> N
     assert not any("asks for" in t for t in path_thoughts(names[1:3], edges[1:], "geography", "UAE Dirham", one_hop))
     checked = one_hop.model_copy(update={"types": ["country", "currency"]})
     assert path_thoughts(names[1:3], edges[1:], "geography", "UAE Dirham", checked)[-1] == (
-        "United Arab Emirates uses the UAE Dirham. The question asks for a currency; UAE Dirham is a currency. That "
-        "answers the question: UAE Dirham.")
+        "United Arab Emirates uses the UAE Dirham. The question asks for [currency]; the response lists UAE Dirham "
+        "[currency]. That answers the question: UAE Dirham.")
     untyped = typed.model_copy(update={"types": ["city", None, "currency"]})  # an untyped bridge: no check
     assert path_thoughts(names[:3], edges, "geography", "UAE Dirham", untyped)[2] == (
         "Abu Dhabi is the capital of United Arab Emirates. So the question becomes: Which currency does United Arab "
