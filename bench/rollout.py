@@ -403,7 +403,8 @@ def _difference_line(e: dict[str, Any], first: str = "", second: str = "") -> st
             f"{e['sequential'][:24]!r}{first} vs {e['batched'][:24]!r}{second}{why}")
 
 
-def render(results: dict[str, Any]) -> str:
+def report(results: dict[str, Any]) -> str:
+    """The full text report (stdout): every engine's figures, inside generate, the trajectories' differences."""
     s, b, setup = results["sequential"], results["batched"], results["setup"]
     out = [(f"rollout: {setup['questions']} questions of the {setup['split']} split ({setup['buckets']}), protocol "
             f"{setup['protocol']} ({setup['mode']}), model {setup['model']}, greedy, <= {setup['max_new_tokens']} new "
@@ -513,6 +514,40 @@ def render(results: dict[str, Any]) -> str:
         out.append(f"  {verdict(t['pass'])}  {t['target']:<52} {t['value']:,.2f} {t['unit']}")
     out += ["", load_line(results["machine"]) + "."]
     return "\n".join(out)
+
+
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): each engine's questions/s and its ratio to
+    the transformers sequential loop, with the verdicts against the targets; then batch-1 decoding and whether the
+    trajectories are the same as the transformers sequential loop's."""
+    s, b, setup, fast = results["sequential"], results["batched"], results["setup"], results.get("fast")
+    passed = [t["pass"] for t in results["targets"]]
+    lines = ["| engine | questions/s | x the transformers sequential loop |", "|---|---|---|",
+             f"| transformers, sequential (batch 1) | {s['questions_per_s']:.3f} | 1.00 |",
+             f"| transformers, batched (batch {setup['batch_size']}) | {b['questions_per_s']:.3f} | "
+             f"**{results['speedup']:.2f}** ({verdict(passed[0]).strip()}) |"]
+    c = results["comparison"]
+    same = [f"transformers batched {c['differing']} of {c['compared']}"]
+    if fast:
+        name = f"{fast['backend']} {fast['precision']}"
+        fs, fb = fast["sequential"], fast["batched"]
+        lines += [f"| {name}, sequential | {fs['questions_per_s']:.3f} | "
+                  f"{fast['sequential_vs_transformers_sequential']:.2f} |",
+                  f"| {name}, batched | {fb['questions_per_s']:.3f} | "
+                  f"**{fast['batched_vs_transformers_sequential']:.2f}** ({verdict(passed[2]).strip()}) |"]
+        d = fast["decode"]
+        decode_x = f"**{fast['decode_ratio']:.2f}x**" if fast["decode_ratio"] is not None else "-"
+        fc = fast["comparison"]
+        same.append(f"{name} batched {fc['differing']} of {fc['compared']} (same answer in {fc['same_answers']})")
+        ft, tt = d["fast"], d["transformers"]
+        decode = (f"Batch-1 decoding: {name} {ft['tokens_per_s'] or 0:.1f} tokens/s over {ft['tokens']} tokens, "
+                  f"transformers {tt['tokens_per_s'] or 0:.1f} over {tt['tokens']}"
+                  f"{'' if d['same_reply'] else ' (not the same reply)'}: {decode_x} transformers "
+                  f"({verdict(passed[1]).strip()}). ")
+    else:
+        decode = ""
+    lines += ["", f"{decode}Trajectories differing from the transformers sequential loop's: {'; '.join(same)}."]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
@@ -802,6 +837,7 @@ def main(argv: list[str] | None = None) -> int:
              "unit": "x", "pass": fast_results["batched_vs_transformers_sequential"] >= TARGET_SPEEDUP}]
     log.info("batched %.2f s vs sequential %.2f s: %.2fx; same trajectories: %s (%d of %d differ)", bat_m["wall_s"],
              seq_m["wall_s"], speedup, comparison["same_trajectories"], comparison["differing"], comparison["compared"])
+    print(report(results))
     write_results(results, render(results), args.out, started)
     return 1 if args.require_same and not comparison["same_trajectories"] else 0
 

@@ -202,6 +202,28 @@ def check_rollout(results: dict[str, Any]) -> list[str]:
     fast = results["fast"]  # the onnx backend: same engines, batch-1 decoding of both backends
     assert fast["backend"] == "onnx" and fast["batched"]["questions"] == 2 and fast["decode"]["fast"]["tokens"] > 1
     assert fast["comparison"]["compared"] == 2 and isinstance(fast["comparison"]["same_trajectories"], bool)
+    # the Markdown table: each engine's questions/s and x the transformers sequential loop, with the verdicts;
+    # then batch-1 decoding and the trajectories that differ, every figure the results'
+    verdicts = ["PASS" if t["pass"] else "n/a" if t["pass"] is None else "MISS" for t in results["targets"]]
+    header, *rows = markdown_rows(results)
+    assert header == ["engine", "questions/s", "x the transformers sequential loop"]
+    name, s, b = f"onnx {fast['precision']}", results["sequential"], results["batched"]
+    assert rows == [
+        ["transformers, sequential (batch 1)", f"{s['questions_per_s']:.3f}", "1.00"],
+        ["transformers, batched (batch 2)", f"{b['questions_per_s']:.3f}",
+         f"**{results['speedup']:.2f}** ({verdicts[0]})"],
+        [f"{name}, sequential", f"{fast['sequential']['questions_per_s']:.3f}",
+         f"{fast['sequential_vs_transformers_sequential']:.2f}"],
+        [f"{name}, batched", f"{fast['batched']['questions_per_s']:.3f}",
+         f"**{fast['batched_vs_transformers_sequential']:.2f}** ({verdicts[2]})"]]
+    d, c, fc = fast["decode"], results["comparison"], fast["comparison"]
+    decode_x = "-" if fast["decode_ratio"] is None else f"**{fast['decode_ratio']:.2f}x**"
+    assert results["table"][-1] == (
+        f"Batch-1 decoding: {name} {d['fast']['tokens_per_s'] or 0:.1f} tokens/s over {d['fast']['tokens']} tokens, "
+        f"transformers {d['transformers']['tokens_per_s'] or 0:.1f} over {d['transformers']['tokens']}"
+        f"{'' if d['same_reply'] else ' (not the same reply)'}: {decode_x} transformers ({verdicts[1]}). "
+        f"Trajectories differing from the transformers sequential loop's: transformers batched {c['differing']} of 2; "
+        f"{name} batched {fc['differing']} of 2 (same answer in {fc['same_answers']}).")
     return ["ratio", "speedup", "sequential.questions_per_s", "batched.questions_per_s", "fast.decode_ratio",
             "fast.batched_vs_transformers_sequential"]
 
