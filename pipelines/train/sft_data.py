@@ -149,6 +149,12 @@ def asked_type(reading: PathReading | None) -> str | None:
     return None if asked in reading.types[:-1] else asked
 
 
+def type_word(kind: str, form: str = "bracket") -> str:
+    """A type as the thinking writes it: as node_info's lines bracket it ("[language]"), or as a noun ("a
+    language") in the ``sentence`` form (sft_data.type_check_form)."""
+    return f"[{kind}]" if form == "bracket" else indefinite(kind)
+
+
 def type_check(reading: PathReading, node: int, name: str, form: str = "bracket") -> str:
     """The thinking's check of what a hop reached against what the question asks for (the answer's type), the
     two types written side by side just before the choice between walking on and answering, so that a small model
@@ -161,9 +167,9 @@ def type_check(reading: PathReading, node: int, name: str, form: str = "bracket"
     asked = asked_type(reading)
     if asked is None or (reached := reading.types[node]) is None:
         return ""
-    if form == "bracket":
-        return f" The question asks for [{asked}]; the response lists {name} [{reached}]."
-    return f" The question asks for {indefinite(asked)}; {name} is {indefinite(reached)}."
+    reached_as = f"the response lists {name} {type_word(reached, form)}" if form == "bracket" else (
+        f"{name} is {type_word(reached, form)}")
+    return f" The question asks for {type_word(asked, form)}; {reached_as}."
 
 
 def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
@@ -175,14 +181,12 @@ def path_thoughts(nodes: list[str], edges: list[Any], domain: str, answer: str,
     KG describes it and what is left of the question, the nested question read one clause at a time, so that
     where the walk is and when the next relation answers are written out (with the reading's types, the type the
     question asks for is named first and checked at each hop: ``type_check``, written in ``type_form``); without
-    one it names the relation
-    read and the next entity. (A variant that counted the hops, "Hop i of n", did worse with
+    one it names the relation read and the next entity. (A variant that counted the hops, "Hop i of n", did worse with
     SmolLM2-135M: the model wrote "2 hops" for every question and walked on past the answer; README, Stage 2.)"""
     hops, start = len(edges), nodes[0]
     sentences = reading.sentences if reading else [keyword_sentence(e.src, e.keywords, e.dst) for e in edges]
     asked = asked_type(reading)
-    named = (f"[{asked}]" if type_form == "bracket" else indefinite(asked)) if asked else None
-    asks = f" and asks for {named}" if named else ""
+    asks = f" and asks for {type_word(asked, type_form)}" if asked else ""
     thoughts = [f"The question starts from {start}{asks}. I look it up in the {domain} knowledge graph first.",
                 f"{start} is in the graph. Its relations show where the question leads."]
     for i in range(1, hops):
