@@ -399,7 +399,8 @@ def test_a_newer_setting_stays_out_of_the_fingerprints_at_its_default_and_goes_i
     switches = {(section, name) for section in (AgentParams, SFTDataParams)
                 for name, field in section.model_fields.items() if field.json_schema_extra == NEWER_SETTING}
     assert switches == {(AgentParams, "unshown_answer_note"), (SFTDataParams, "quote_relation_line"),
-                        (SFTDataParams, "answer_recovery_fraction"), (SFTDataParams, "type_check")}
+                        (SFTDataParams, "answer_recovery_fraction"), (SFTDataParams, "type_check"),
+                        (SFTDataParams, "self_loop_share")}
     assert "unshown_answer_note" not in params.agent.result_settings() and not params.agent.unshown_answer_note
     assert "unshown_answer_note" in params.section("agent")  # dumps (omne params) still state it
     on = with_overrides(params, {"agent": {"unshown_answer_note": True},

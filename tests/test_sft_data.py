@@ -284,6 +284,36 @@ def test_loop_recovery_conversations_repeat_a_call_untrained_and_walk_on_after_t
         assert turns[:i] + turns[i + 2:] == plain[record.id[:-2]]
 
 
+def test_self_loops_read_the_relation_back_to_the_node_and_the_recovery_reads_it_right(solar_qa: Params) -> None:
+    import re
+
+    none = {"recovery_fraction": 0.0, "misspelled_start_fraction": 0.0, "loop_recovery_fraction": 1.0}
+    relation = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(update=none)})
+    build_sft_conversations(relation, progress=False)
+    relation_loops = {r.id: r.conversations for r in read_sft_conversations(relation)}
+    params = solar_qa.model_copy(update={"sft_data": solar_qa.sft_data.model_copy(
+        update={**none, "self_loop_share": 1.0})})
+    result = build_sft_conversations(params, progress=False)
+    assert not result.skipped and result.manifest.params["self_loop_share"] == 1.0
+    records = read_sft_conversations(params)
+    looped = [r for r in records if r.id.endswith("-l")]
+    assert looped and len(looped) == result.manifest.rows["loop_recovery"]
+    for record in looped:
+        turns = record.conversations
+        i = next(i for i, t in enumerate(turns) if t.get("train") == "false")
+        node = re.search(r'node_name="([^"]*)"', turns[i]["value"])[1]
+        following = re.search(r'node_name="([^"]*)"|<answer>(.*)</answer>', turns[i + 2]["value"])
+        following = (following[1] or following[2]).strip()
+        looping = re.search(r"<think>(.*)</think>", turns[i]["value"], re.S)[1]
+        sentence = looping.split(". So the question becomes: ")[0]
+        # the looping thought names the node where the right reading names the next one; the recovery reads it right
+        assert following not in sentence and sentence.count(node) >= 2
+        right = relation_loops[record.id][i]["value"]
+        assert looping == re.search(r"<think>(.*)</think>", right, re.S)[1].replace(following, node)
+        # only the untrained turn differs from the relation-reading loop's conversation
+        assert turns[:i] + turns[i + 1:] == relation_loops[record.id][:i] + relation_loops[record.id][i + 1:]
+
+
 def test_answer_recovery_conversations_answer_a_retyped_name_untrained_then_the_name_as_shown(solar_qa: Params) -> None:
     import re
 

@@ -235,14 +235,21 @@ def quoted_line(response: str, neighbour: str, label: str | None = None) -> str 
     return next((quote for labelled, quote in found if labelled), found[0][1])
 
 
-def looping_thought(reading: PathReading, node: int, question: str) -> str:
+def looping_thought(reading: PathReading, node: int, question: str, *, names: tuple[str, str] | None = None) -> str:
     """What a looping model thinks before it calls node_info on the node it has just read, again: the right relation
     read, then the question it had, unchanged, as if that relation left it where it was ("Target Profile outlines
     Desired Outcomes. So the question becomes: Which entity does Target Profile outline?"; 13 of the eighteenth
     run's 16 NIST loops, docs/sft.md, "Repeated calls"). Never a target (the turn is untrained): the recovery after
-    the note reads the same relation and goes on, so the model learns that what follows the note differs."""
+    the note reads the same relation and goes on, so the model learns that what follows the note differs.
+    ``names`` (the node read, the next one): the relation read back to the node itself instead ("Header is contained
+    within Header"), the other half of the twenty-third run's NIST loops, after which copying the looping thought's
+    reading cannot lead on (``sft_data.self_loop_share``)."""
     asked = question if node == 0 else reading.remaining[node - 1]
-    return f"{reading.sentences[node]}. So the question becomes: {asked}"
+    sentence = reading.sentences[node]
+    if names is not None:
+        read, following = names
+        sentence = sentence.replace(following, read)
+    return f"{sentence}. So the question becomes: {asked}"
 
 
 def misspelled_name(name: str, rng: random.Random) -> str | None:
@@ -279,8 +286,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
                           neighbor_types: bool = False, filled_question: bool = False,
                           recover: bool = False, relation_phrases: bool = True,
                           loop_at: int | None = None, quote_lines: bool = False,
-                          retype_answer: random.Random | None = None, type_form: str = "bracket"
-                          ) -> SFTConversation | None:
+                          retype_answer: random.Random | None = None, type_form: str = "bracket",
+                          self_loop: bool = False) -> SFTConversation | None:
     """Walk the pair's validated gold path with the real tools; None when a tool response does not show the
     next entity (e.g. node_info capped), so that no conversation teaches a step the tools do not support.
 
@@ -308,7 +315,8 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
     is the answer as ``misspelled_name`` retypes it with this generator, an untrained turn, answered with the rollout
     engine's ``UNSHOWN_ANSWER_NOTE``; the next turn quotes the line of the last response that lists the answer and
     answers it as written there (``sft_data.answer_recovery_fraction``; None when the name cannot be retyped or no
-    line lists it).
+    line lists it). ``self_loop`` (with ``loop_at``): the looping thought reads the relation back to the node itself
+    (``looping_thought``'s ``names``; None when its reading does not name the next node).
     """
     protocol = omne_protocol(mode, specs)
     valid = [p for p in (gold.paths if gold else []) if p.valid]
@@ -376,7 +384,10 @@ def template_conversation(pair: QAPair, gold: GoldPath | None, tools: ToolClient
             quote = f"{line}. "
             thoughts[i + 2] = quote + thoughts[i + 2]
         if i == loop_at:  # the same call again (not trained on), the note, then the walk goes on from the response
-            looping = quote + looping_thought(reading, i, question) if reading else thoughts[i + 1]
+            if self_loop and (reading is None or nodes[i + 1] not in reading.sentences[i]):
+                return None
+            looping = (quote + looping_thought(reading, i, question, names=(node, nodes[i + 1]) if self_loop else None)
+                       if reading else thoughts[i + 1])
             turns.append({"from": "gpt", "value": _gpt(looping, f"<tool_call>{call}</tool_call>", mode),
                           "train": "false"})
             turns.append({"from": "observation", "value": protocol.response_message(REPEAT_NOTE)})
@@ -653,7 +664,9 @@ def build_sft_conversations(params: Any, *, force: bool = False, teacher: Any = 
                              + settings.loop_recovery_fraction):
                     record = template_conversation(pair, gold, tools, **writing, path_index=index,
                                                    graph=graphs.get(pair.domain), graph_name=shown,
-                                                   loop_at=rng.randrange(pair.hops))
+                                                   loop_at=rng.randrange(pair.hops),
+                                                   self_loop=settings.self_loop_share > 0
+                                                   and rng.random() < settings.self_loop_share)
                 elif draw < (settings.recovery_fraction + settings.misspelled_start_fraction
                              + settings.loop_recovery_fraction + settings.answer_recovery_fraction):
                     record = template_conversation(pair, gold, tools, **writing, path_index=index,
