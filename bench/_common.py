@@ -24,6 +24,7 @@ import functools  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -153,6 +154,16 @@ def with_rate(m: dict[str, Any], items: int, wall: float | None = None) -> dict[
     wall = m["wall_s"] if wall is None else wall
     m.update(items=items, items_per_s=round(items / wall, 1) if wall > 0 else None)
     return m
+
+
+def figure(value: float | None) -> str:
+    """A table cell's ratio or time to three significant digits, never in exponent notation: 0.0137, 0.106, 2.45,
+    13.4, 670, 12,239; "-" when it could not be measured."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{max(0, 2 - math.floor(math.log10(value)))}f}" if value > 0 else "0"
 
 
 def ratio(ours: float | None, baseline: float | None) -> float | None:

@@ -295,14 +295,18 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 DECODE_PROMPT = "Count from 1 to 500, one number per line, and nothing else."
+# the reply starts counting for it: without it, the int8 model greeted in 13 tokens where transformers counted for
+# 122, and per-token rates over such different lengths are not comparable (2026-11-30)
+DECODE_PREFIX = "1\n2\n3\n4\n5\n"
 
 
 def decode_rate(client: Any, tokens: int, repeat: int) -> dict[str, Any]:
     """Batch-1 decoding speed of a client: the same greedy reply of up to ``tokens`` tokens and of 1 token, timed
     in turn (best of ``repeat``) after an untimed call that stores the prompt; tokens/s = (reply tokens - 1) /
-    (time of the long reply - time of the 1-token reply), so the prompt's cost cancels out."""
+    (time of the long reply - time of the 1-token reply), so the prompt's cost cancels out. The reply starts with
+    ``DECODE_PREFIX``, so that every backend goes on counting to its token limit."""
     messages = [{"role": "user", "content": DECODE_PROMPT}]
-    long_request = ChatRequest(messages=messages, max_tokens=tokens, tag="bench.decode")
+    long_request = ChatRequest(messages=messages, max_tokens=tokens, prefix=DECODE_PREFIX, tag="bench.decode")
     short_request = long_request.model_copy(update={"max_tokens": 1})
     client.clear_prefix_cache()
     client.complete_many([short_request])

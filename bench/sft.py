@@ -64,8 +64,10 @@ import torch
 
 # first: sets the offline environment and puts the project root on sys.path
 from _common import (
+    MB,
     ROOT,
     BenchParser,
+    Stage,
     args_record,
     cpu_seconds,
     load_average,
@@ -331,14 +333,27 @@ def train_once(subject: Subject, kind: str, args: argparse.Namespace, device: st
 
 
 def alternate_runs(subject: Subject, args: argparse.Namespace, device: str,
-                   setups: dict[str, Callable[[argparse.Namespace], None]]) -> dict[str, list[dict[str, Any]]]:
+                   setups: dict[str, Callable[[argparse.Namespace], None]], *,
+                   memory: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Weighted-trainer runs (``train_once``) of each setup in turn, ``--repeat`` rounds; a setup sets its
-    options on ``args`` before its run (the variant benchmarks: sft_precision, sft_packing)."""
+    options on ``args`` before its run (the variant benchmarks: sft_precision, sft_packing). ``memory``: each run's
+    peak memory too (``peak_memory_mb``): on CUDA the most memory torch allocated during the run over what it held
+    before, on a CPU the peak RSS over the RSS before the run (sampled every 10 ms); the model's fresh copy counts
+    in both."""
+    cuda = device == "cuda"
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in setups}
     for round_index in range(args.repeat):
         for kind, setup in setups.items():
             setup(args)
-            run = train_once(subject, "weighted", args, device)
+            before = 0
+            if memory and cuda:
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            with Stage(interval=0.01) if memory else contextlib.nullcontext() as stage:
+                run = train_once(subject, "weighted", args, device)
+            if memory:
+                extra = torch.cuda.max_memory_allocated() - before if cuda else stage.peak_extra
+                run["peak_memory_mb"] = round(extra / MB, 1)
             runs[kind].append(run)
             log.info("round %d %s: %.2f s/step, %.0f tokens/s, %.0f assistant tokens/s, losses %s", round_index + 1,
                      kind, run["s_per_step"], run["tokens_per_s"] or 0, run["assistant_tokens_per_s"] or 0,
@@ -572,6 +587,22 @@ def start_variant(args: argparse.Namespace) -> tuple[str, float, list[dict[str, 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     return resolve_device(args.device), time.perf_counter(), read_conversations(args.data, args.conversations)
+
+
+def span(values: list[float], digits: int) -> str:
+    """A table cell over the rounds: one value, or the lowest and the highest: "23.0", "17.0-18.9"."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def printed_then_table(details: Callable[[dict[str, Any]], str],
+                       table: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:
+    """A variant benchmark's report: its plain-text ``details`` printed, its Markdown ``table`` returned (what
+    write_results stores, prints and bench/tables.py puts into docs/benchmarks.md)."""
+    def report(results: dict[str, Any]) -> str:
+        print("\n" + details(results))
+        return table(results)
+    return report
 
 
 def finish_variant(results: dict[str, Any], table: Callable[[dict[str, Any]], str], args: argparse.Namespace,

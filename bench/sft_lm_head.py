@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
+from _common import verdict
 
 TARGET_SPEEDUP = 1.2
 RUNS = ("labelled", "every")
@@ -52,7 +54,8 @@ def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, A
     return result
 
 
-def render_table(results: dict[str, Any]) -> str:
+def details(results: dict[str, Any]) -> str:
+    """The plain-text report on stdout before the table: each run's medians, the speed-up of each round."""
     a, m = results["args"], results["result"]
     lines = [f"SFT step time, fused LM head on the trained positions only vs every position (ThinkWeightedSFTTrainer, "
              f"LoRA r={a['lora_r']}), device {results['device']}, {results['torch_threads']} threads",
@@ -65,6 +68,31 @@ def render_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): every position's and the trained
+    positions' s/step and assistant tokens/s over the rounds (one value, or the lowest-highest), the trained
+    positions' speed-up (the median of the rounds') with its verdict; then the sizes, the trained share of the
+    tokens and the largest gap between the two runs' losses of the same step."""
+    a, m = results["args"], results["result"]
+    median, gap, rounds = m["median_speedup"], m["max_relative_loss_gap"], ", ".join(f"{x:.2f}" for x in m["speedups"])
+    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    lines = ["| run: the fused LM head on | s/step | assistant tokens/s | x every (median of the rounds) |",
+             "|---|---|---|---|"]
+    for kind, label, cell in (("every", "every: TRL's own choice (every position off CUDA)", "1.00"),
+                              ("labelled", "labelled: the trained positions only (train_sft's)", speedup)):
+        runs = m["runs"][kind]
+        lines.append(f"| {label} | {sft_bench.span([r['s_per_step'] for r in runs], 2)} | "
+                     f"{sft_bench.span([r['assistant_tokens_per_s'] or 0 for r in runs], 1)} | {cell} |")
+    share = m["assistant_token_share"]
+    lines += ["", f"{Path(results['model']).name}, LoRA r={a['lora_r']}, ThinkWeightedSFTTrainer; device "
+                  f"{results['device']}, {results['torch_threads']} threads; "
+                  f"{sft_bench.sizes_line(a, 'labelled/every')}. Trained (assistant) share of the tokens: "
+                  f"{'-' if share is None else f'{share:.1%}'}; largest relative gap between the two runs' losses of "
+                  f"the same step: {'-' if gap is None else f'{gap:.4%}'}. "
+                  f"Target: the trained positions only >= {TARGET_SPEEDUP:g}x every position."]
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """bench/sft.py's options, with this benchmark's defaults; --toy: the tiny model instead of SmolLM2."""
     return sft_bench.parse_variant_args("sft_lm_head", __doc__, argv, toy={"max_length": 2048}, conversations=16,
@@ -72,7 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sft_bench.run_variant("sft_lm_head", argv, parse_args, run_pair, render_table)
+    return sft_bench.run_variant("sft_lm_head", argv, parse_args,
+                                 run_pair, sft_bench.printed_then_table(details, render))
 
 
 if __name__ == "__main__":

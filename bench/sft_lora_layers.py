@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
+from _common import verdict
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("last", "every")
@@ -54,7 +56,8 @@ def _blocks(subject: Any) -> Any:
     return decoder_blocks(subject.base)
 
 
-def render_table(results: dict[str, Any]) -> str:
+def details(results: dict[str, Any]) -> str:
+    """The plain-text report on stdout before the table: each run's medians, the speed-up of each round."""
     a, m = results["args"], results["result"]
     lines = [f"SFT step time, LoRA on the last {m['blocks']['adapted']} of {m['blocks']['of']} blocks vs every block "
              f"(ThinkWeightedSFTTrainer, LoRA r={a['lora_r']}), device {results['device']}, "
@@ -64,6 +67,31 @@ def render_table(results: dict[str, Any]) -> str:
                                                 ("assistant tok/s", "assistant_tokens_per_s", 16, 1)]),
              "", "losses of the first round's steps: " + "; ".join(f"{k} {v}" for k, v in m["losses"].items())]
     lines += sft_bench.speedup_footer(results, "speed-up", f"last >= {TARGET_SPEEDUP}x every block", TARGET_SPEEDUP)
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): every block's and the last blocks'
+    s/step and assistant tokens/s over the rounds (one value, or the lowest-highest), the last blocks' speed-up (the
+    median of the rounds') with its verdict; then the sizes and the losses of the first round (not compared: the
+    two runs train different adapters)."""
+    a, m = results["args"], results["result"]
+    median, rounds = m["median_speedup"], ", ".join(f"{x:.2f}" for x in m["speedups"])
+    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    blocks = m["blocks"]
+    lines = ["| run: LoRA adapters in | s/step | assistant tokens/s | x every (median of the rounds) |",
+             "|---|---|---|---|"]
+    for kind, label, cell in (
+            ("every", f"every: all {blocks['of']} blocks", "1.00"),
+            ("last", f"last: the last {blocks['adapted']} of {blocks['of']} blocks, the graph cut below", speedup)):
+        runs = m["runs"][kind]
+        lines.append(f"| {label} | {sft_bench.span([r['s_per_step'] for r in runs], 2)} | "
+                     f"{sft_bench.span([r['assistant_tokens_per_s'] or 0 for r in runs], 1)} | {cell} |")
+    losses = "; ".join(f"{kind} {', '.join(f'{x:.3f}' for x in m['losses'][kind])}" for kind in ("every", "last"))
+    lines += ["", f"{Path(results['model']).name}, LoRA r={a['lora_r']}, ThinkWeightedSFTTrainer; device "
+                  f"{results['device']}, {results['torch_threads']} threads; {sft_bench.sizes_line(a, 'last/every')}. "
+                  f"Losses of the first round's steps (different adapters: not compared): {losses}. "
+                  f"Target: last >= {TARGET_SPEEDUP:g}x every block."]
     return "\n".join(lines)
 
 
@@ -79,7 +107,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sft_bench.run_variant("sft_lora_layers", argv, parse_args, run_pair, render_table)
+    return sft_bench.run_variant("sft_lora_layers", argv, parse_args,
+                                 run_pair, sft_bench.printed_then_table(details, render))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ absolute timings):
 * padding_free: per-device batch ``--batch`` x gradient accumulation 1, ``padding_free=True``.
 
 Both see the same conversations in each optimizer step (same data seed, same effective batch), so the
-same assistant tokens per step; the ratio of assistant tokens per second is the ratio of step times.
+same assistant tokens per step; the ratio of assistant tokens per second is the ratio of step times. Each run's
+peak memory is measured too (on CUDA the memory torch allocated, on a CPU the RSS, over the run's start).
 
     .venv/bin/python bench/sft_packing.py                  # 16 conversations, 1 + 3 steps x 1 round, batch 2
     .venv/bin/python bench/sft_packing.py --batch 4 --repeat 2
@@ -28,12 +29,15 @@ today's assistant tokens per second, the bar for adopting it.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
-from _common import verdict
+from _common import ratio, verdict
+
+log = logging.getLogger("bench.sft_packing")
 
 TARGET_SPEEDUP = 1.1
 RUNS = ("today", "padding_free")
@@ -49,17 +53,23 @@ def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, A
             a.padding_free, a.batch, a.grad_accumulation = free, batch if free else 1, 1 if free else batch
         return apply
 
-    runs = sft_bench.alternate_runs(subject, args, device, {"today": setup(False), "padding_free": setup(True)})
+    runs = sft_bench.alternate_runs(subject, args, device, {"today": setup(False), "padding_free": setup(True)},
+                                    memory=True)
     args.padding_free, args.batch, args.grad_accumulation = False, batch, 1
     speedups = [f["assistant_tokens_per_s"] / t["assistant_tokens_per_s"]
                 for t, f in zip(runs["today"], runs["padding_free"], strict=True) if t["assistant_tokens_per_s"]]
     same = all(r["step_assistant_tokens"] == runs["today"][0]["step_assistant_tokens"] for k in RUNS for r in runs[k])
-    result = sft_bench.speedup_result(runs, ("s_per_step", "assistant_tokens_per_s", "tokens_per_s"), speedups)
+    result = sft_bench.speedup_result(runs, ("s_per_step", "assistant_tokens_per_s", "tokens_per_s",
+                                             "peak_memory_mb"), speedups)
     result["same_assistant_tokens_every_step"] = same
+    result["peak_memory"] = "cuda_allocated" if device == "cuda" else "rss"
+    result["peak_memory_ratio"] = ratio(result["summary"]["padding_free"]["peak_memory_mb"],
+                                        result["summary"]["today"]["peak_memory_mb"])
     return result
 
 
-def render_table(results: dict[str, Any]) -> str:
+def details(results: dict[str, Any]) -> str:
+    """The plain-text report on stdout before the table: each run's medians, the speed-up of each round."""
     a, m = results["args"], results["result"]
     lines = [f"SFT assistant tokens per second, padding-free batch {a['batch']} x 1 vs batch 1 x grad accumulation "
              f"{a['batch']} (ThinkWeightedSFTTrainer, {Path(results['model']).name}, LoRA r={a['lora_r']}), device "
@@ -68,7 +78,8 @@ def render_table(results: dict[str, Any]) -> str:
              f"{a['warmup_steps']} warm-up + {a['steps']} timed steps per run, runs alternated x {a['repeat']}", "",
              *sft_bench.run_rows(m["summary"], [("s/step", "s_per_step", 8, 2),
                                                 ("asst tok/s", "assistant_tokens_per_s", 10, 1),
-                                                ("tok/s", "tokens_per_s", 8, 1)], width=13)]
+                                                ("tok/s", "tokens_per_s", 8, 1),
+                                                ("peak MB", "peak_memory_mb", 8, 0)], width=13)]
     lines += ["", f"speed-up (padding-free / today, assistant tokens/s) per round: "
                   f"{', '.join(f'{x:.3f}' for x in m['speedups'])}; same assistant tokens in every step: "
                   f"{str(m['same_assistant_tokens_every_step']).lower()}"]
@@ -76,6 +87,36 @@ def render_table(results: dict[str, Any]) -> str:
         lines.append(f"  {verdict(m['median_speedup'] >= TARGET_SPEEDUP)}  padding-free >= {TARGET_SPEEDUP}x today  "
                      f"median {m['median_speedup']:.3f}x")
     lines.append(sft_bench.load_footer(results))
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): today's and padding-free's s/step,
+    assistant tokens/s and peak memory over the rounds (one value, or the lowest-highest; padding-free's memory
+    against today's, the ratio of their medians), padding-free's speed-up in assistant tokens/s (the median of the
+    rounds') with its verdict; then the sizes and whether both trained the same assistant tokens every step."""
+    a, m, data = results["args"], results["result"], results["data"]
+    median, rounds = m["median_speedup"], ", ".join(f"{x:.2f}" for x in m["speedups"])
+    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    memory_ratio = "" if m["peak_memory_ratio"] is None else f" ({m['peak_memory_ratio']:.2f}x)"
+    lines = ["| run: conversations a step (batch x grad accumulation) | s/step | assistant tokens/s | peak memory MB "
+             "| x today's assistant tokens/s (median of the rounds) |", "|---|---|---|---|---|"]
+    for kind, label, memory, cell in (
+            ("today", f"today: 1 x {a['batch']}", "", "1.00"),
+            ("padding_free", f"padding_free: {a['batch']} x 1, in one row", memory_ratio, speedup)):
+        runs = m["runs"][kind]
+        lines.append(f"| {label} | {sft_bench.span([r['s_per_step'] for r in runs], 2)} | "
+                     f"{sft_bench.span([r['assistant_tokens_per_s'] or 0 for r in runs], 1)} | "
+                     f"{sft_bench.span([r['peak_memory_mb'] for r in runs], 0)}{memory} | {cell} |")
+    left_out = f" ({data['left_out_overlong']} longer ones left out)" if data["left_out_overlong"] else ""
+    peak = ("CUDA memory allocated" if m["peak_memory"] == "cuda_allocated" else "RSS") + " over the run's start"
+    lines += ["", f"{Path(results['model']).name}, LoRA r={a['lora_r']}, ThinkWeightedSFTTrainer; device "
+                  f"{results['device']}, {results['torch_threads']} threads; {data['conversations']} conversations of "
+                  f"at most {a['max_length']} tokens{left_out}, {a['warmup_steps']} warm-up + {a['steps']} timed "
+                  f"steps per run, runs alternated today/padding_free x {a['repeat']}; peak memory: the peak "
+                  f"{peak}, the model's copy included. The same assistant tokens in every step: "
+                  f"{'yes' if m['same_assistant_tokens_every_step'] else 'NO'}. "
+                  f"Target: padding-free >= {TARGET_SPEEDUP:g}x today's assistant tokens/s."]
     return "\n".join(lines)
 
 
@@ -110,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     results["data"] = {"path": str(args.data), "conversations": len(kept),
                        "left_out_overlong": len(conversations) - len(kept)}
     results["result"] = run_pair(subject, args, device)
-    return sft_bench.finish_variant(results, render_table, args, started)
+    return sft_bench.finish_variant(results, sft_bench.printed_then_table(details, render), args,
+                                   started)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
 import torch
+from _common import verdict
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("bf16", "fp32")
@@ -47,7 +48,8 @@ def run_pair(subject: Any, args: argparse.Namespace, device: str) -> dict[str, A
     return result
 
 
-def render_table(results: dict[str, Any]) -> str:
+def details(results: dict[str, Any]) -> str:
+    """The plain-text report on stdout before the table: each run's medians, the speed-up of each round."""
     a, m = results["args"], results["result"]
     lines = [f"SFT step time, bf16 autocast vs fp32 (ThinkWeightedSFTTrainer, {Path(results['model']).name}, "
              f"LoRA r={a['lora_r']}), device {results['device']} (native bf16: {m['native_bf16']}), "
@@ -59,6 +61,26 @@ def render_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md): fp32's and bf16's s/step and tokens/s
+    over the rounds (one value, or the lowest-highest), bf16's speed-up over fp32 (the median of the rounds') with
+    its verdict; then the device, the sizes and the largest gap between the two runs' losses of the same step."""
+    a, m = results["args"], results["result"]
+    median, gap, rounds = m["median_speedup"], m["max_relative_loss_gap"], ", ".join(f"{x:.2f}" for x in m["speedups"])
+    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    lines = ["| run | s/step | tokens/s | x fp32 (median of the rounds) |", "|---|---|---|---|"]
+    for kind, label, cell in (("fp32", "fp32", "1.00"), ("bf16", "bf16 autocast", speedup)):
+        runs = m["runs"][kind]
+        lines.append(f"| {label} | {sft_bench.span([r['s_per_step'] for r in runs], 2)} | "
+                     f"{sft_bench.span([r['tokens_per_s'] or 0 for r in runs], 1)} | {cell} |")
+    lines += ["", f"{Path(results['model']).name}, LoRA r={a['lora_r']}, ThinkWeightedSFTTrainer; device "
+                  f"{results['device']} (native bf16: {'yes' if m['native_bf16'] else 'no'}), "
+                  f"{results['torch_threads']} threads; {sft_bench.sizes_line(a, 'bf16/fp32')}. Largest relative gap "
+                  f"between the two runs' losses of the same step: {'-' if gap is None else f'{gap:.2%}'}. "
+                  f"Target: bf16 >= {TARGET_SPEEDUP:g}x fp32."]
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """bench/sft.py's options, with this benchmark's defaults; --toy: the tiny model instead of SmolLM2."""
     return sft_bench.parse_variant_args("sft_precision", __doc__, argv, toy={"max_length": 512}, conversations=8,
@@ -66,7 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sft_bench.run_variant("sft_precision", argv, parse_args, run_pair, render_table)
+    return sft_bench.run_variant("sft_precision", argv, parse_args,
+                                 run_pair, sft_bench.printed_then_table(details, render))
 
 
 if __name__ == "__main__":

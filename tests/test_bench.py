@@ -139,12 +139,52 @@ def span(values: list[float], digits: int) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def bench_common() -> Any:
+    """bench/_common.py, imported as the scripts import it (no torch: it imports polars and the registry only)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(BENCH))
+    return _common
+
+
+def figure(value: float | None) -> str:
+    """A table cell's ratio or time to three significant digits: bench/_common.py's, which kg_build and tools use."""
+    return bench_common().figure(value)
+
+
+def test_figure_keeps_three_significant_digits() -> None:
+    assert [figure(v) for v in (0.01374, 0.106, 0.83, 2.449, 13.44, 670.2, 12239.4, 0, None)] == [
+        "0.0137", "0.106", "0.830", "2.45", "13.4", "670", "12,239", "0", "-"]
+
+
 def check_kg_build(results: dict[str, Any]) -> list[str]:
     assert set(results["graphs"]) == {"solar", "synthetic"}
     synthetic = results["graphs"]["synthetic"]
     assert synthetic["generator"]["entities"] == 400 and synthetic["index"]["sampled"] is True
     assert synthetic["index"]["search"]["ann"]["recall_at_1_vs_exact"] >= 0
     assert synthetic["index"]["search"]["batched"]["same_hits"] is True
+    # the Markdown table: a row per graph, every ratio and latency the results'; then the batched-query line
+    header, *rows = markdown_rows(results)
+    assert header == ["graph", "build", "statistics", "index (encode + write)", "warm cache / uncached",
+                      "exact search p50"]
+    expected, batched = [], []
+    for name, g in results["graphs"].items():
+        build, stats, index = g["build"], g["stats"], g["index"]
+        search, ann = index["search"], index["search"].get("ann")
+        expected.append([
+            f"{name} ({g['entities']:,} entities / {g['relations']:,} relations)", figure(build["ratio"]),
+            f"{figure(stats['ratio'])} ({figure(stats['ours']['wall_s'])} s against "
+            f"{figure(stats['baseline']['wall_s'])} s)",
+            figure(index["ratio"]) + (f" ({index['embedded']:,} names)" if index["sampled"] else ""),
+            figure(index["cache"]["warm_ratio_vs_uncached"]),
+            f"{search['exact']['p50_ms']:.1f} ms" + (f", IVF-PQ {ann['p50_ms']:.1f} ms, recall@1 "
+                                                     f"{ann['recall_at_1_vs_exact']:.3f}" if ann else "")])
+        batched.append(f"{name} {search['queries']} queries, {figure(search['batched']['ratio'])}x (the same hits)")
+    assert rows == expected and expected[1][3] == f"{figure(synthetic['index']['ratio'])} (150 names)"
+    assert ", IVF-PQ " in expected[1][5] and ", IVF-PQ " not in expected[0][5]
+    assert results["table"][-1] == f"Every query in one LanceDB query against one query each: {'; '.join(batched)}."
     return [f"graphs.{g}.{stage}.ratio" for g in ("solar", "synthetic") for stage in ("build", "stats", "index")] + [
         "graphs.synthetic.index.search.exact_ratio_p50", "graphs.synthetic.index.search.ann.ratio_p50_vs_exact",
         "graphs.solar.index.cache.warm_ratio_vs_uncached", "graphs.synthetic.index.search.batched.ratio"]
@@ -161,6 +201,30 @@ def check_tools(results: dict[str, Any]) -> list[str]:
         assert graph["entity_matcher"]["failed_calls"] == 0
     assert {t["target"] for t in results["targets"]} and all(t["pass"] in (True, False, None)
                                                              for t in results["targets"])
+    # the Markdown table: a row per graph, every latency, ratio and rate the results', with the verdicts of the
+    # node_info and HTTP batch targets; then the exact top-5 line (its target n/a: no graph of 100,000 entities)
+    verdicts = {(t["target"].split()[0], t["graph"]): "PASS" if t["pass"] else "MISS" for t in results["targets"]}
+    header, *rows = markdown_rows(results)
+    assert header == ["graph", "node_info p50", "x linear scan", "x networkx", "entity_matcher cold / warm p50",
+                      "HTTP batch16 calls/s"]
+    expected, searches = [], []
+    for name, g in results["graphs"].items():
+        ni, em = g["node_info"], g["entity_matcher"]
+        scan, search = ni["linear_scan"], em["search"]
+        expected.append([
+            f"{name} ({g['entities']:,} entities / {g['relations']:,} relations)",
+            f"{figure(ni['in_process']['p50_ms'] * 1000)} µs",
+            f"**{figure(ni['speedup_vs_linear_scan']['mean'])}** ({verdicts['node_info', name]}: "
+            f"{scan['triples']:,} triples scanned in {figure(scan['p50_ms'])} ms p50)",
+            figure(ni["speedup_vs_networkx"]["mean"]),
+            f"{figure(em['cold']['p50_ms'])} ms / {figure(em['warm']['p50_ms'])} ms",
+            f"{figure(ni['http']['batch']['calls_per_s'])} ({verdicts['HTTP', name]})"])
+        searches.append(f"{name} ({search['entities']:,} vectors) {figure(search['nearest']['p50_ms'])} ms p50, "
+                        f"{figure(search['speedup_vs_lance_flat']['p50'])}x faster")
+    assert rows == expected
+    assert results["table"][-1] == (
+        f"Exact top-5 (`DomainGraph.nearest`) against LanceDB's flat search: {'; '.join(searches)} (target: exact "
+        f"top-5 p50 <= 5 ms over 100,000 entities: n/a, no graph that large).")
     return [f"graphs.{g}.{key}" for g in ("solar", "synthetic") for key in (
         "node_info.speedup_vs_linear_scan.mean", "node_info.speedup_vs_networkx.mean",
         "entity_matcher.search.speedup_vs_lance_flat.p50")]
@@ -279,9 +343,38 @@ def check_sft(results: dict[str, Any]) -> list[str]:
             "models.tiny.summary.plain.s_per_step"]
 
 
+def sft_rows(result: dict[str, Any], baseline: str, ours: str, target: float,
+             columns: tuple[str, ...] = ("s_per_step", "assistant_tokens_per_s")) -> tuple[list[str], list[str]]:
+    """A two-way SFT benchmark's table cells as its script writes them: the baseline's and ours' per-round ``columns``
+    (s/step to 2 decimals, tokens/s to 1; one value or lowest-highest), then 1.00 and ours' median speed-up over the
+    baseline with the per-round ones and the verdict against ``target``."""
+    digits = {"s_per_step": 2, "tokens_per_s": 1, "assistant_tokens_per_s": 1}
+
+    def cells(kind: str) -> list[str]:
+        return [span([run[key] for run in result["runs"][kind]], digits[key]) for key in columns]
+
+    median = result["median_speedup"]
+    verdict = "PASS" if median >= target else "MISS"
+    return ([*cells(baseline), "1.00"], [*cells(ours), f"**{median:.2f}** (per round "
+                                         f"{', '.join(f'{x:.2f}' for x in result['speedups'])}; {verdict})"])
+
+
 def check_sft_precision(results: dict[str, Any]) -> list[str]:
     assert Path(results["model"]).name == "tiny-llama"
-    assert set(results["result"]["summary"]) == {"bf16", "fp32"}
+    result = results["result"]
+    assert set(result["summary"]) == {"bf16", "fp32"}
+    # the Markdown table: fp32 then bf16, each one's s/step and tokens/s over the rounds and bf16's median speed-up
+    # with its verdict (target 1.3x); then the device, the sizes and the loss gap; every figure the results'
+    header, *rows = markdown_rows(results)
+    assert header == ["run", "s/step", "tokens/s", "x fp32 (median of the rounds)"]
+    fp32, bf16 = sft_rows(result, "fp32", "bf16", 1.3, ("s_per_step", "tokens_per_s"))
+    assert rows == [["fp32", *fp32], ["bf16 autocast", *bf16]]
+    assert results["table"][-1].startswith(
+        f"tiny-llama, LoRA r=8, ThinkWeightedSFTTrainer; device cpu (native bf16: "
+        f"{'yes' if result['native_bf16'] else 'no'}), 1 threads; 4 conversations, max length 512, batch 1 x grad "
+        f"accumulation 2, 1 warm-up + 2 timed steps per run, runs alternated bf16/fp32 x 1.")
+    assert results["table"][-1].endswith(f"losses of the same step: {result['max_relative_loss_gap']:.2%}. "
+                                         f"Target: bf16 >= 1.3x fp32.")
     return ["result.median_speedup", "result.summary.bf16.s_per_step", "result.summary.fp32.s_per_step"]
 
 
@@ -290,14 +383,44 @@ def check_sft_packing(results: dict[str, Any]) -> list[str]:
     assert set(result["summary"]) == {"today", "padding_free"} and results["data"]["conversations"] == 4
     # the same conversations in every optimizer step of both runs: the same assistant tokens
     assert result["same_assistant_tokens_every_step"] and result["runs"]["today"][0]["assistant_tokens"] > 0
+    assert result["peak_memory"] == "rss" and all(run["peak_memory_mb"] > 0 for runs in result["runs"].values()
+                                                   for run in runs)
+    # the Markdown table: today then padding-free, s/step, assistant tokens/s and peak memory over the rounds
+    # (padding-free's against today's), padding-free's median speed-up with its verdict (target 1.1x)
+    header, *rows = markdown_rows(results)
+    assert header == ["run: conversations a step (batch x grad accumulation)", "s/step", "assistant tokens/s",
+                      "peak memory MB", "x today's assistant tokens/s (median of the rounds)"]
+    today, free = sft_rows(result, "today", "padding_free", 1.1)
+    memory = [span([run["peak_memory_mb"] for run in result["runs"][kind]], 0) for kind in ("today", "padding_free")]
+    peaks = [result["summary"][kind]["peak_memory_mb"] for kind in ("today", "padding_free")]
+    assert result["peak_memory_ratio"] == float(f"{peaks[1] / peaks[0]:.4g}")
+    assert rows == [["today: 1 x 2", *today[:2], memory[0], today[2]],
+                    ["padding_free: 2 x 1, in one row", *free[:2], f"{memory[1]} ({result['peak_memory_ratio']:.2f}x)",
+                     free[2]]]
+    assert results["table"][-1] == (
+        "tiny-llama, LoRA r=8, ThinkWeightedSFTTrainer; device cpu, 1 threads; 4 conversations of at most 2048 "
+        "tokens, 1 warm-up + 2 timed steps per run, runs alternated today/padding_free x 1; peak memory: the peak RSS "
+        "over the run's start, the model's copy included. The same assistant tokens in every step: yes. Target: "
+        "padding-free >= 1.1x today's assistant tokens/s.")
     return ["result.median_speedup", "result.summary.today.assistant_tokens_per_s",
-            "result.summary.padding_free.assistant_tokens_per_s"]
+            "result.summary.padding_free.assistant_tokens_per_s", "result.peak_memory_ratio"]
 
 
 def check_sft_lm_head(results: dict[str, Any]) -> list[str]:
     result = results["result"]
     assert set(result["summary"]) == {"labelled", "every"} and 0 < result["assistant_token_share"] < 1
     assert result["max_relative_loss_gap"] < 1e-3  # the same losses, step by step
+    # the Markdown table: every position then the trained ones only, s/step and assistant tokens/s over the rounds,
+    # the trained positions' median speed-up with its verdict (target 1.2x); then the share and the loss gap
+    header, *rows = markdown_rows(results)
+    assert header == ["run: the fused LM head on", "s/step", "assistant tokens/s", "x every (median of the rounds)"]
+    every, labelled = sft_rows(result, "every", "labelled", 1.2)
+    assert rows == [["every: TRL's own choice (every position off CUDA)", *every],
+                    ["labelled: the trained positions only (train_sft's)", *labelled]]
+    assert results["table"][-1].endswith(
+        f"Trained (assistant) share of the tokens: {result['assistant_token_share']:.1%}; largest relative gap between "
+        f"the two runs' losses of the same step: {result['max_relative_loss_gap']:.4%}. Target: the trained positions "
+        f"only >= 1.2x every position.")
     return ["result.median_speedup", "result.summary.labelled.s_per_step", "result.summary.every.s_per_step"]
 
 
@@ -306,6 +429,15 @@ def check_sft_lora_layers(results: dict[str, Any]) -> list[str]:
     assert set(result["summary"]) == {"last", "every"} and result["blocks"] == {"adapted": 1, "of": 2}
     # both trained: the same conversations, different adapters, so losses that differ after the first step
     assert all(len(v) == results["args"]["warmup_steps"] + results["args"]["steps"] for v in result["losses"].values())
+    # the Markdown table: every block then the last one, s/step and assistant tokens/s over the rounds, the last
+    # block's median speed-up with its verdict (target 1.3x); then the losses of the first round, not compared
+    header, *rows = markdown_rows(results)
+    assert header == ["run: LoRA adapters in", "s/step", "assistant tokens/s", "x every (median of the rounds)"]
+    every, last = sft_rows(result, "every", "last", 1.3)
+    assert rows == [["every: all 2 blocks", *every], ["last: the last 1 of 2 blocks, the graph cut below", *last]]
+    losses = "; ".join(f"{kind} {', '.join(f'{x:.3f}' for x in result['losses'][kind])}" for kind in ("every", "last"))
+    assert results["table"][-1].endswith(f"Losses of the first round's steps (different adapters: not compared): "
+                                         f"{losses}. Target: last >= 1.3x every block.")
     return ["result.median_speedup", "result.summary.last.s_per_step", "result.summary.every.s_per_step"]
 
 
@@ -451,12 +583,7 @@ def test_toy_run_writes_its_results(name: str, toy_runs: dict[str, ToyRun]) -> N
 
 @pytest.fixture(scope="module")
 def common() -> Any:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import _common
-    finally:
-        sys.path.remove(str(BENCH))
-    return _common
+    return bench_common()
 
 
 def _parser(common: Any) -> Any:
