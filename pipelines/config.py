@@ -388,7 +388,8 @@ class SFTDataParams(DomainSelection):
     self_loop_share: float = Field(0.0, ge=0.0, le=1.0, json_schema_extra=NEWER_SETTING, description=(
         "Share of the loop-recovery conversations whose repeated call follows a thought that reads the relation back "
         "to the entity itself (\"Header is contained within Header\"), so that the recovery cannot copy the looping "
-        "thought's reading; off: at 0.5 the model looped more, in domain and on NIST (docs/sft.md, \"Repeated calls\")."))
+        "thought's reading; off: at 0.5 the model looped more, in domain and on NIST (docs/sft.md, \"Repeated "
+        "calls\")."))
     type_check: bool = Field(True, json_schema_extra=NEWER_SETTING, description=(
         "With tools.neighbor_types, the thinking names the type the question asks for and checks each hop's type "
         "against it (docs/sft.md, \"The thinking between hops\"); false: it reads only the relation and what is left "
