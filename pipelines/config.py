@@ -400,11 +400,12 @@ class SFTDataParams(DomainSelection):
         "Russia is a territory.\"; docs/sft.md, \"The thinking between hops\")."))
     answer_recovery_fraction: float = Field(0.0, ge=0.0, le=1.0, json_schema_extra=NEWER_SETTING, description=(
         "Share of template conversations that first answer a retyped name (that turn not trained on), get "
-        "agent.unshown_answer_note's note and answer the name as the response writes it (docs/sft.md, \"Unshown "
-        "answers\")."))
+        "agent.unshown_answer_note's note and answer the name as the response writes it (docs/sft.md, \"Quoted "
+        "lines and unshown answers\")."))
     quote_relation_line: bool = Field(False, json_schema_extra=NEWER_SETTING, description=(
         "Each thinking after a node_info response first quotes the line that lists the next entity (\"Line 1: "
-        "<-[outlines]- Target Profile\"); off: no gain measured on NIST or in domain (docs/sft.md, \"Quoted lines\")."))
+        "<-[outlines]- Target Profile\"); off: no gain measured on NIST or in domain (docs/sft.md, \"Quoted lines "
+        "and unshown answers\")."))
     renamed_graph_share: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Share of template conversations that call their graph by an alias drawn from entity words, so the model "
         "copies the graph's name from the prompt instead of memorising the training domains' (docs/sft.md, \"Graph "
