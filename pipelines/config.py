@@ -449,7 +449,7 @@ class SFTParams(_Section):
         "model itself, reused)."))
     epochs: float = Field(3.0, gt=0, description="Training epochs, when max_steps is -1.")
     max_steps: int = Field(150, ge=-1, description=(
-        "Optimizer steps (quick: ~7.5 s each on 2 cores; 150 scored EM 0.55 on 1/2-hop, 120 0.42, "
+        "Optimizer steps (quick: ~11 s each on 2 cores; 150 scored EM 0.55 on 1/2-hop, 120 0.42, "
         "docs/results.md); -1: the epochs decide."))
     learning_rate: float | None = Field(1e-3, gt=0, description=(
         "Quick: 10x the paper's LoRA rate, for a short CPU run; `null`: by method (lora 1e-4, full 1e-5)."))
