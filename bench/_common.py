@@ -343,9 +343,10 @@ def setup_logging(verbose: bool, quiet: Iterable[str] = ()) -> None:
 
 
 def machine_info() -> dict[str, Any]:
+    """The machine, and its load when called (a script calls it as it starts: the provenance's load at start)."""
     return {"cpu_cores": os.cpu_count(), "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
-            "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1)}
+            "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1), "load_average_at_start": load_average()}
 
 
 def load_average() -> list[float]:

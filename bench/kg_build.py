@@ -445,17 +445,18 @@ def details(results: dict) -> str:
 
 
 def render(results: dict) -> str:
-    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md), a row per graph: the ratios ours / baseline
-    (< 1: omne faster) of the build, the statistics (with both times: the baseline's is extrapolated), the index
-    (encode + write; the names embedded when sampled) and the warm cache against the uncached encoder; the exact
-    search's p50 (and IVF-PQ's with its recall@1 where built). Then a line on the self-retrieval check's way: every
-    query in one LanceDB query against one query each."""
+    """A Markdown table (bench/tables.py puts it into docs/benchmarks.md), a row per graph: the ratios ours /
+    baseline (< 1: omne faster) of the build, the statistics (with both times: the baseline's is extrapolated), the
+    index (encode + write; the names embedded when sampled) and the warm cache against the uncached encoder; the
+    exact search's p50 (and IVF-PQ's with its recall@1 where built). Then a line on the self-retrieval check's way:
+    every query in one LanceDB query against one query each; then the graphs skipped (a source the baseline cannot
+    read), on one line."""
     lines = ["| graph | build | statistics | index (encode + write) | warm cache / uncached | exact search p50 |",
              "|---|---|---|---|---|---|"]
-    batched = []
+    batched, skipped = [], []
     for name, graph in results["graphs"].items():
         if "skipped" in graph:
-            lines.append(f"| {name} | skipped ({graph['skipped']}) | - | - | - | - |")
+            skipped.append(f"{name} ({graph['skipped']})")
             continue
         build, stats, index = graph["build"], graph["stats"], graph["index"]
         cells = [f"{name} ({graph['entities']:,} entities / {graph['relations']:,} relations)",
@@ -477,6 +478,8 @@ def render(results: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if batched:
         lines += ["", f"Every query in one LanceDB query against one query each: {'; '.join(batched)}."]
+    if skipped:
+        lines += ["", f"Skipped: {'; '.join(skipped)}."]
     return "\n".join(lines)
 
 
