@@ -54,6 +54,12 @@ def provenance_line(name: str, provenance: dict[str, Any]) -> str:
             f"start, {end} at end._")
 
 
+def generated_lines(text: str) -> int:
+    """How many lines of a page this script writes: each bench-table section's body, its two markers left out (the
+    docs' line budget counts the hand-written rest, tests/test_docs.py)."""
+    return sum(len(match["body"].splitlines()) for match in SECTION.finditer(text))
+
+
 def render(name: str, results_dir: Path) -> str:
     """A section's new body: the benchmark's table lines, a blank line, the provenance line."""
     if not NAME.match(name):
