@@ -595,6 +595,16 @@ def span(values: list[float], digits: int) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def speedup_cell(result: dict[str, Any], target: float) -> str:
+    """The table cell of a two-way benchmark's speed-up: the median of the rounds' in bold, each round's and the
+    verdict against ``target`` ("**1.35** (per round 1.21, 1.50; PASS)"); "-" when it could not be measured."""
+    median = result["median_speedup"]
+    if median is None:
+        return "-"
+    rounds = ", ".join(f"{x:.2f}" for x in result["speedups"])
+    return f"**{median:.2f}** (per round {rounds}; {verdict(median >= target)})"
+
+
 def printed_then_table(details: Callable[[dict[str, Any]], str],
                        table: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:
     """A variant benchmark's report: its plain-text ``details`` printed, its Markdown ``table`` returned (what

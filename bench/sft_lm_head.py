@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
-from _common import verdict
 
 TARGET_SPEEDUP = 1.2
 RUNS = ("labelled", "every")
@@ -74,8 +73,8 @@ def render(results: dict[str, Any]) -> str:
     positions' speed-up (the median of the rounds') with its verdict; then the sizes, the trained share of the
     tokens and the largest gap between the two runs' losses of the same step."""
     a, m = results["args"], results["result"]
-    median, gap, rounds = m["median_speedup"], m["max_relative_loss_gap"], ", ".join(f"{x:.2f}" for x in m["speedups"])
-    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    gap = m["max_relative_loss_gap"]
+    speedup = sft_bench.speedup_cell(m, TARGET_SPEEDUP)
     lines = ["| run: the fused LM head on | s/step | assistant tokens/s | x every (median of the rounds) |",
              "|---|---|---|---|"]
     for kind, label, cell in (("every", "every: TRL's own choice (every position off CUDA)", "1.00"),

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
-from _common import verdict
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("last", "every")
@@ -76,8 +75,7 @@ def render(results: dict[str, Any]) -> str:
     median of the rounds') with its verdict; then the sizes and the losses of the first round (not compared: the
     two runs train different adapters)."""
     a, m = results["args"], results["result"]
-    median, rounds = m["median_speedup"], ", ".join(f"{x:.2f}" for x in m["speedups"])
-    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    speedup = sft_bench.speedup_cell(m, TARGET_SPEEDUP)
     blocks = m["blocks"]
     lines = ["| run: LoRA adapters in | s/step | assistant tokens/s | x every (median of the rounds) |",
              "|---|---|---|---|"]

@@ -96,8 +96,7 @@ def render(results: dict[str, Any]) -> str:
     against today's, the ratio of their medians), padding-free's speed-up in assistant tokens/s (the median of the
     rounds') with its verdict; then the sizes and whether both trained the same assistant tokens every step."""
     a, m, data = results["args"], results["result"], results["data"]
-    median, rounds = m["median_speedup"], ", ".join(f"{x:.2f}" for x in m["speedups"])
-    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    speedup = sft_bench.speedup_cell(m, TARGET_SPEEDUP)
     memory_ratio = "" if m["peak_memory_ratio"] is None else f" ({m['peak_memory_ratio']:.2f}x)"
     lines = ["| run: conversations a step (batch x grad accumulation) | s/step | assistant tokens/s | peak memory MB "
              "| x today's assistant tokens/s (median of the rounds) |", "|---|---|---|---|---|"]

@@ -26,7 +26,6 @@ from typing import Any
 
 import sft as sft_bench  # bench/sft.py: Subject, train_once, the shared options
 import torch
-from _common import verdict
 
 TARGET_SPEEDUP = 1.3
 RUNS = ("bf16", "fp32")
@@ -66,8 +65,8 @@ def render(results: dict[str, Any]) -> str:
     over the rounds (one value, or the lowest-highest), bf16's speed-up over fp32 (the median of the rounds') with
     its verdict; then the device, the sizes and the largest gap between the two runs' losses of the same step."""
     a, m = results["args"], results["result"]
-    median, gap, rounds = m["median_speedup"], m["max_relative_loss_gap"], ", ".join(f"{x:.2f}" for x in m["speedups"])
-    speedup = "-" if median is None else f"**{median:.2f}** (per round {rounds}; {verdict(median >= TARGET_SPEEDUP)})"
+    gap = m["max_relative_loss_gap"]
+    speedup = sft_bench.speedup_cell(m, TARGET_SPEEDUP)
     lines = ["| run | s/step | tokens/s | x fp32 (median of the rounds) |", "|---|---|---|---|"]
     for kind, label, cell in (("fp32", "fp32", "1.00"), ("bf16", "bf16 autocast", speedup)):
         runs = m["runs"][kind]
